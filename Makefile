@@ -1,0 +1,119 @@
+# gpuplatform.rke2: one Makefile for set-up, the lab, the site's steps and the tests.
+# `make help` lists the targets. Everything runs from the project virtualenv (.venv),
+# which the first target that needs it creates from the pinned requirements.txt.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-print-directory
+
+ROOT      := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
+VENV      := $(ROOT)/.venv
+PY        := $(VENV)/bin/python
+BIN       := $(VENV)/bin
+COLL_ROOT := $(ROOT)/.build/collections
+COLL_LINK := $(COLL_ROOT)/ansible_collections/gpuplatform/rke2
+SITE      ?= tirosh-home
+LAB_DIR   := $(ROOT)/.lab
+KUBECONFIG_LAB := $(LAB_DIR)/kubeconfig
+
+export ANSIBLE_CONFIG := $(ROOT)/ansible.cfg
+export ANSIBLE_COLLECTIONS_PATH := $(COLL_ROOT)
+export ANSIBLE_HOME := $(ROOT)/.build/ansible-home
+export ANSIBLE_LOCAL_TEMP := $(ROOT)/.build/ansible-tmp
+export ANSIBLE_REMOTE_TEMP := $(ROOT)/.build/ansible-tmp
+export PYTHONDONTWRITEBYTECODE := 1
+export PYTHONPATH := $(COLL_ROOT)
+
+say = @printf '\n\033[1m==> %s\033[0m\n' "$(1)"
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-zA-Z0-9_/.-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 32
+
+# ---------------------------------------------------------------- environment
+$(VENV)/.installed: requirements.txt scripts/find-python.sh
+	$(call say,creating .venv from requirements.txt (pinned))
+	@python=$$(scripts/find-python.sh); echo "using $$python ($$($$python --version))"; \
+	  [ -x $(PY) ] || $$python -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check --upgrade pip==25.3
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
+	@touch $@
+
+.PHONY: venv
+venv: $(VENV)/.installed $(COLL_LINK) ## create the project virtualenv and the collection path
+
+$(COLL_LINK):
+	@mkdir -p $(dir $@) $(ROOT)/.build/ansible-tmp
+	@ln -sfn ../../../.. $@
+
+.PHONY: lock
+lock: ## re-freeze requirements.txt from requirements.in
+	@python=$$(scripts/find-python.sh); rm -rf .build/lockvenv; $$python -m venv .build/lockvenv; \
+	  .build/lockvenv/bin/pip install --quiet -r requirements.in; \
+	  { echo "# Frozen from requirements.in by 'make lock'; install with pip -r."; .build/lockvenv/bin/pip freeze; } > requirements.txt
+
+# ---------------------------------------------------------------- lab
+.PHONY: lab-build lab-up lab-down lab-status
+lab-build: venv ## build the lab binaries (cached outside the repo; minutes when cold)
+	@bash tests/lab/build.sh >/dev/null
+
+lab-up: venv ## start the lab control plane with its simulated GPU fleet
+	$(PY) -m tests.lab.labctl up
+
+lab-down: venv ## stop the lab; no process is left behind
+	$(PY) -m tests.lab.labctl down
+
+lab-status: venv ## show the lab's processes, kubeconfig and nodes
+	$(PY) -m tests.lab.labctl status
+
+# ---------------------------------------------------------------- tests
+.PHONY: test lint sanity unit integration molecule build-collection docs-check
+test: venv ## every test: lint, sanity, unit, lab integration, molecule
+	$(MAKE) lint
+	$(MAKE) sanity
+	$(MAKE) unit
+	$(MAKE) build-collection
+	$(MAKE) integration
+	$(MAKE) molecule
+	$(call say,make test: all suites passed)
+
+lint: venv ## ansible-lint with the production profile
+	$(call say,ansible-lint --profile production)
+	$(BIN)/ansible-lint --profile production
+
+sanity: venv ## ansible-test sanity on a copy of the collection in an ansible_collections tree
+	$(call say,ansible-test sanity)
+	@rm -rf .build/sanity && mkdir -p .build/sanity/ansible_collections/gpuplatform/rke2
+	@git ls-files -z --cached --others --exclude-standard | \
+	  xargs -0 -I{} cp --parents {} .build/sanity/ansible_collections/gpuplatform/rke2/ 2>/dev/null || true
+	cd .build/sanity/ansible_collections/gpuplatform/rke2 && \
+	  PATH=$(BIN):$$PATH $(BIN)/ansible-test sanity --python $$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])') \
+	    --color no --skip-test validate-modules-placeholder
+
+unit: venv ## unit tests (pure logic, no cluster)
+	$(call say,unit tests)
+	$(PY) -m pytest tests/unit -q
+
+integration: venv lab-build ## lab integration tests (brings the lab up for the session)
+	$(call say,lab integration tests)
+	$(PY) -m pytest tests/integration -q
+
+molecule: venv lab-build ## molecule scenarios
+	$(call say,molecule scenarios)
+	@if ls molecule/*/molecule.yml >/dev/null 2>&1; then \
+	  for s in $$(ls molecule); do PATH=$(BIN):$$PATH $(BIN)/molecule test -s $$s; done; \
+	else echo "no molecule scenarios yet"; fi
+
+build-collection: venv ## build the collection tarball, install it, render every module's docs
+	$(call say,ansible-galaxy collection build + install + ansible-doc)
+	@rm -rf .build/dist .build/installed && mkdir -p .build/dist .build/installed
+	$(BIN)/ansible-galaxy collection build --output-path .build/dist --force .
+	$(BIN)/ansible-galaxy collection install -p .build/installed .build/dist/gpuplatform-rke2-*.tar.gz
+	$(PY) scripts/check-collection.py .build/dist .build/installed
+
+# ---------------------------------------------------------------- demo
+.PHONY: demo
+demo: venv lab-build ## the main job on the lab: operator, labels, verify, and the seeds' stories
+	$(PY) -m tests.lab.labctl up
+	PATH=$(BIN):$$PATH $(BIN)/ansible-playbook -i inventories/lab/hosts.yml site.yml --tags gpu -e site_name=lab
