@@ -117,3 +117,6 @@ build-collection: venv ## build the collection tarball, install it, render every
 demo: venv lab-build ## the main job on the lab: operator, labels, verify, and the seeds' stories
 	$(PY) -m tests.lab.labctl up
 	PATH=$(BIN):$$PATH $(BIN)/ansible-playbook -i inventories/lab/hosts.yml site.yml --tags gpu -e site_name=lab
+
+# Per-area targets (checks, waits, roles, RKE2 steps, air-gap) live in mk/*.mk.
+-include $(sort $(wildcard mk/*.mk))
