@@ -1,0 +1,54 @@
+"""The lab for the integration suite: one control plane per test session, in its own
+work directory (a developer's `make lab-up` lab is never touched), torn down at the end."""
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+from tests.lab.lab import Lab
+
+# The operator values the suite's clean fleet runs with: sandbox workloads on (the fleet
+# has passthrough and vGPU nodes) and a vGPU manager image from the site mirror.
+FLEET_VALUES = {
+    "sandboxWorkloads": {"enabled": True},
+    "vgpuManager": {"enabled": True, "repository": "registry.lab.invalid/nvidia", "version": "580.126.20"},
+}
+
+
+@pytest.fixture(scope="session")
+def lab():
+    workdir = tempfile.mkdtemp(prefix="gpuplatform-lab-")
+    instance = Lab(workdir=workdir)
+    instance.up()
+    try:
+        yield instance
+    finally:
+        try:
+            instance.down()
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def fleet_values():
+    return dict(FLEET_VALUES)
+
+
+@pytest.fixture
+def gpu_lab(lab):
+    """The clean fleet with workload labels and the GPU Operator rolled out; faults and
+    per-node switches a test leaves behind are undone before the next test."""
+    lab.reset(FLEET_VALUES)
+    yield lab
+    lab.reset()
+
+
+@pytest.fixture
+def lab_env(lab):
+    """Environment for subprocesses (ansible-playbook, CLIs) that talk to the lab."""
+    env = dict(os.environ)
+    env["K8S_AUTH_KUBECONFIG"] = lab.kubeconfig
+    env["KUBECONFIG"] = lab.kubeconfig
+    return env

@@ -1,0 +1,92 @@
+"""The lab's fleet, read from the lab inventory (inventories/lab/hosts.yml): the same
+file Ansible uses as the lab site's inventory, so the nodes the lab simulates and
+the hosts the roles act on cannot drift apart."""
+
+import json
+import os
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEFAULT_FLEET = os.path.join(ROOT, "inventories", "lab", "hosts.yml")
+LAB_ANNOTATION = "lab.gpuplatform.invalid/"
+HARDWARE_ANNOTATION = LAB_ANNOTATION + "hardware"
+HOLD_DOWN_ANNOTATION = LAB_ANNOTATION + "hold-down"
+CUDA_SAMPLE_ANNOTATION = LAB_ANNOTATION + "cuda-sample"
+ADVERTISE_ANNOTATION = LAB_ANNOTATION + "advertise"
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+NFD_GPU_LABEL = "feature.node.kubernetes.io/pci-10de.present"
+NFD_DISPLAY_LABEL = "feature.node.kubernetes.io/pci-0302_10de.present"
+
+
+def _walk_groups(group, inherited, hosts):
+    group = group or {}
+    variables = dict(inherited)
+    variables.update(group.get("vars") or {})
+    for name, host_vars in (group.get("hosts") or {}).items():
+        merged = dict(hosts.get(name, {}))
+        merged.update(variables)
+        merged.update(host_vars or {})
+        hosts[name] = merged
+    for child in (group.get("children") or {}).values():
+        _walk_groups(child, variables, hosts)
+
+
+def load_fleet(path=DEFAULT_FLEET):
+    """{node name: host vars (group vars merged)} for every host in the inventory."""
+    with open(path) as handle:
+        inventory = yaml.safe_load(handle)
+    hosts = {}
+    _walk_groups(inventory.get("all"), {}, hosts)
+    return hosts
+
+
+def hardware(host_vars):
+    """What the simulated host has: GPU model facts from ``gpu_models``, or None."""
+    model = host_vars.get("gpu_model")
+    if not model:
+        return None
+    models = host_vars.get("gpu_models") or {}
+    if model not in models:
+        raise ValueError("gpu_model %r is not in gpu_models (%s)" % (model, ", ".join(sorted(models))))
+    spec = models[model]
+    return {
+        "model": model,
+        "count": int(host_vars.get("gpu_count", 1)),
+        "pci_device_name": spec["pci_device_name"],
+        "pci_vendor_selector": spec.get("pci_vendor_selector", ""),
+        "memory_gb": int(spec["memory_gb"]),
+        "mig_capable": bool(spec.get("mig_capable", False)),
+    }
+
+
+def node_manifest(name, host_vars):
+    """The Node object the lab registers for one inventory host, as kubelet + NFD would
+    leave it: no GPU resources yet (the device plugin advertises them), NFD labels."""
+    labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "type": "kwok",
+    }
+    labels.update(host_vars.get("lab_node_labels") or {})
+    annotations = {KWOK_ANNOTATION: "fake"}
+    hw = hardware(host_vars)
+    if hw:
+        labels[NFD_GPU_LABEL] = "true"
+        labels[NFD_DISPLAY_LABEL] = "true"
+        if hw["mig_capable"]:
+            labels["nvidia.com/mig.capable"] = "true"
+        annotations[HARDWARE_ANNOTATION] = json.dumps(hw, sort_keys=True)
+    resources = {"cpu": "32", "memory": "256Gi", "pods": "110", "ephemeral-storage": "500Gi"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels, "annotations": annotations},
+        "spec": {"taints": list(host_vars.get("lab_taints") or [])},
+        "status": {
+            "capacity": dict(resources),
+            "allocatable": dict(resources),
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": name}],
+        },
+    }

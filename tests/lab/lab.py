@@ -1,0 +1,624 @@
+"""The lab: a real Kubernetes control plane (etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler) with kwok simulating the kubelets of the
+fleet in inventories/lab/hosts.yml, and the simulated GPU Operator
+(tests/lab/gpu_operator_sim.py). Everything binds to 127.0.0.1.
+
+One Lab object manages one work directory (``.lab`` for `make lab-up`, a temporary
+one for the integration suite), so a developer's lab and the test lab never collide.
+State (ports, pids) lives in ``<workdir>/state.json``; processes run in their own
+sessions so they outlive `labctl up`, and `labctl down` ends every one of them.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import yaml
+
+from tests.lab import fleet as fleet_mod
+from tests.lab.pki import ensure_pki
+
+ROOT = fleet_mod.ROOT
+HERE = os.path.dirname(os.path.abspath(__file__))
+REFERENCE = os.path.join(os.path.dirname(ROOT), "shared", "reference")
+CRDS = (
+    os.path.join(REFERENCE, "helm-controller-v0.16.26", "helm.cattle.io_helmcharts.yaml"),
+    os.path.join(REFERENCE, "helm-controller-v0.16.26", "helm.cattle.io_helmchartconfigs.yaml"),
+    os.path.join(REFERENCE, "gpu-operator-v26.3.2", "nvidia.com_clusterpolicies.yaml"),
+    os.path.join(HERE, "kwok", "logs-crd.yaml"),
+)
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "gpu-operator-sim")
+SERVICE_CIDR = "10.96.0.0/16"
+
+
+def _binary(component):
+    """What a component's command line contains (the simulator runs as python -m)."""
+    return "tests.lab.gpu_operator_sim" if component == "gpu-operator-sim" else component
+
+
+def log(message):
+    print("[lab %s] %s" % (time.strftime("%H:%M:%S"), message), file=sys.stderr, flush=True)
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def build_binaries():
+    """Runs tests/lab/build.sh (cached builds are instant) and returns the bin folder."""
+    result = subprocess.run(["bash", os.path.join(HERE, "build.sh")], stdout=subprocess.PIPE, check=True,
+                            universal_newlines=True)
+    return result.stdout.strip().splitlines()[-1]
+
+
+class LabError(RuntimeError):
+    pass
+
+
+class Lab(object):
+    def __init__(self, workdir=None, fleet_file=None, bin_dir=None):
+        self.workdir = os.path.abspath(workdir or os.path.join(ROOT, ".lab"))
+        self.fleet_file = fleet_file or fleet_mod.DEFAULT_FLEET
+        self._bin_dir = bin_dir
+        self.kubeconfig = os.path.join(self.workdir, "kubeconfig")
+        self.state_file = os.path.join(self.workdir, "state.json")
+        self.logs_dir = os.path.join(self.workdir, "logs")
+        self._children = {}
+        self._api = None
+
+    # ------------------------------------------------------------ state
+    @property
+    def bin_dir(self):
+        if self._bin_dir is None:
+            self._bin_dir = self.state().get("bin") or build_binaries()
+        return self._bin_dir
+
+    def state(self):
+        try:
+            with open(self.state_file) as handle:
+                return json.load(handle)
+        except (IOError, ValueError):
+            return {}
+
+    def _save_state(self, state):
+        tmp = self.state_file + ".tmp"
+        with open(tmp, "w") as handle:
+            json.dump(state, handle, indent=2, sort_keys=True)
+        os.replace(tmp, self.state_file)
+
+    @staticmethod
+    def _alive(pid, binary):
+        if not pid:
+            return False
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as handle:
+                cmdline = handle.read().split(b"\0")
+        except IOError:
+            return False
+        try:
+            with open("/proc/%d/stat" % pid) as handle:
+                if handle.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return False
+        except (IOError, IndexError):
+            return False
+        return any(binary.encode() in part for part in cmdline)
+
+    def processes(self):
+        """{component: pid or None} for the components this lab started."""
+        pids = self.state().get("pids", {})
+        return dict((c, pids.get(c) if self._alive(pids.get(c), _binary(c)) else None) for c in COMPONENTS)
+
+    def is_up(self):
+        procs = self.processes()
+        return all(procs.values()) and self._apiserver_ready(timeout=2)
+
+    # ------------------------------------------------------------ processes
+    def _spawn(self, component, argv, env=None):
+        os.makedirs(self.logs_dir, exist_ok=True)
+        out = open(os.path.join(self.logs_dir, component + ".log"), "ab")
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                cwd=ROOT, env=full_env, start_new_session=True)
+        out.close()
+        self._children[component] = proc
+        state = self.state()
+        state.setdefault("pids", {})[component] = proc.pid
+        state.setdefault("argv", {})[component] = argv
+        self._save_state(state)
+        return proc
+
+    def _stop(self, component, pid, grace=10.0):
+        binary = _binary(component)
+        if not self._alive(pid, binary):
+            self._reap(component)
+            return
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except OSError:
+            pass
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and self._alive(pid, binary):
+            self._reap(component)
+            time.sleep(0.05)
+        if self._alive(pid, binary):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            time.sleep(0.2)
+        self._reap(component)
+        if self._alive(pid, binary):
+            raise LabError("%s (pid %d) did not stop" % (component, pid))
+
+    def _reap(self, component):
+        proc = self._children.get(component)
+        if proc is not None and proc.poll() is not None:
+            self._children.pop(component, None)
+
+    def _ssl_context(self):
+        pki = os.path.join(self.workdir, "pki")
+        context = ssl.create_default_context(cafile=os.path.join(pki, "ca.crt"))
+        context.load_cert_chain(os.path.join(pki, "admin.crt"), os.path.join(pki, "admin.key"))
+        return context
+
+    def _apiserver_ready(self, timeout=1.0):
+        port = self.state().get("ports", {}).get("apiserver")
+        if not port:
+            return False
+        try:
+            with urllib.request.urlopen("https://127.0.0.1:%d/readyz" % port, context=self._ssl_context(),
+                                        timeout=timeout) as response:
+                return response.status == 200
+        except (urllib.error.URLError, OSError, ssl.SSLError):
+            return False
+
+    def _wait_for(self, what, predicate, timeout, component=None):
+        """Start-up waits for local processes (the lab's own plumbing, not a product wait)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            if component and not self._alive(self.state()["pids"][component], _binary(component)):
+                raise LabError("%s exited during start-up; see %s" % (
+                    component, os.path.join(self.logs_dir, component + ".log")))
+            time.sleep(0.1)
+        raise LabError("%s not ready after %ss; logs in %s" % (what, timeout, self.logs_dir))
+
+    def _etcd_ready(self):
+        port = self.state()["ports"]["etcd"]
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=1) as response:
+                return b'"health":"true"' in response.read()
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def _start_etcd(self):
+        ports = self.state()["ports"]
+        data = os.path.join(self.workdir, "etcd-data")
+        self._spawn("etcd", [
+            os.path.join(self.bin_dir, "etcd"), "--name", "lab", "--data-dir", data,
+            "--listen-client-urls", "http://127.0.0.1:%d" % ports["etcd"],
+            "--advertise-client-urls", "http://127.0.0.1:%d" % ports["etcd"],
+            "--listen-peer-urls", "http://127.0.0.1:%d" % ports["etcd_peer"],
+            "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % ports["etcd_peer"],
+            "--initial-cluster", "lab=http://127.0.0.1:%d" % ports["etcd_peer"],
+            "--listen-metrics-urls", "http://127.0.0.1:%d" % ports["etcd_metrics"],
+            # A throw-away store: fsync buys nothing here and costs seconds per test.
+            "--unsafe-no-fsync", "--quota-backend-bytes", str(2 * 1024 ** 3), "--log-level", "warn",
+        ])
+        self._wait_for("etcd", self._etcd_ready, 60, "etcd")
+
+    def _apiserver_argv(self):
+        ports = self.state()["ports"]
+        pki = os.path.join(self.workdir, "pki")
+        return [
+            os.path.join(self.bin_dir, "kube-apiserver"),
+            "--etcd-servers", "http://127.0.0.1:%d" % ports["etcd"],
+            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+            "--secure-port", str(ports["apiserver"]),
+            "--tls-cert-file", os.path.join(pki, "apiserver.crt"),
+            "--tls-private-key-file", os.path.join(pki, "apiserver.key"),
+            "--client-ca-file", os.path.join(pki, "ca.crt"),
+            "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+            "--service-account-key-file", os.path.join(pki, "sa.pub"),
+            "--service-account-signing-key-file", os.path.join(pki, "sa.key"),
+            "--service-cluster-ip-range", SERVICE_CIDR,
+            "--authorization-mode", "Node,RBAC",
+            # The GPU Operator's operands are privileged pods, as on a real site.
+            "--allow-privileged=true",
+            # kwok serves the kubelet API (logs) for every node on 127.0.0.1.
+            "--kubelet-preferred-address-types", "InternalIP",
+            "--endpoint-reconciler-type", "none",
+            "--enable-priority-and-fairness=false",
+            "--v", "1",
+        ]
+
+    def _start_apiserver(self):
+        self._spawn("kube-apiserver", self._apiserver_argv())
+        self._wait_for("kube-apiserver /readyz", self._apiserver_ready, 120, "kube-apiserver")
+
+    def restart_apiserver(self, down_seconds=1.0):
+        """Fault switch: stop kube-apiserver, keep it down ``down_seconds``, start it again."""
+        pid = self.state().get("pids", {}).get("kube-apiserver")
+        self._stop("kube-apiserver", pid)
+        time.sleep(down_seconds)
+        self._start_apiserver()
+        self._api = None
+
+    def _write_kubeconfig(self):
+        pki = os.path.join(self.workdir, "pki")
+        port = self.state()["ports"]["apiserver"]
+        config = {
+            "apiVersion": "v1", "kind": "Config", "preferences": {},
+            "clusters": [{"name": "lab", "cluster": {"server": "https://127.0.0.1:%d" % port,
+                                                     "certificate-authority": os.path.join(pki, "ca.crt")}}],
+            "users": [{"name": "lab-admin", "user": {"client-certificate": os.path.join(pki, "admin.crt"),
+                                                     "client-key": os.path.join(pki, "admin.key")}}],
+            "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "lab-admin"}}],
+            "current-context": "lab",
+        }
+        with open(self.kubeconfig, "w") as handle:
+            yaml.safe_dump(config, handle, default_flow_style=False)
+        os.chmod(self.kubeconfig, 0o600)
+
+    def _start_controllers(self):
+        ports = self.state()["ports"]
+        pki = os.path.join(self.workdir, "pki")
+        self._spawn("kube-controller-manager", [
+            os.path.join(self.bin_dir, "kube-controller-manager"),
+            "--kubeconfig", self.kubeconfig, "--leader-elect=false",
+            "--bind-address", "127.0.0.1", "--secure-port", str(ports["kcm"]),
+            "--service-account-private-key-file", os.path.join(pki, "sa.key"),
+            "--root-ca-file", os.path.join(pki, "ca.crt"),
+            "--service-cluster-ip-range", SERVICE_CIDR,
+            # Nothing here allocates pod CIDRs or talks to a cloud.
+            "--controllers", "*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller",
+            "--v", "1",
+        ])
+        self._spawn("kube-scheduler", [
+            os.path.join(self.bin_dir, "kube-scheduler"),
+            "--kubeconfig", self.kubeconfig, "--leader-elect=false",
+            "--bind-address", "127.0.0.1", "--secure-port", str(ports["scheduler"]),
+            "--v", "1",
+        ])
+
+    def _kwok_config(self):
+        path = os.path.join(self.workdir, "kwok.yaml")
+        with open(os.path.join(HERE, "kwok", "stages.yaml")) as handle:
+            stages = handle.read()
+        with open(path, "w") as handle:
+            # kwokctl fills these defaults itself; the kwok binary alone does not.
+            handle.write("apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:\n"
+                         "  podPlayStageParallelism: 4\n  nodePlayStageParallelism: 4\n  nodeLeaseParallelism: 4\n"
+                         "  podsOnNodeSyncParallelism: 1\n  enablePodsOnNodeSyncListPager: true\n"
+                         "  enablePodsOnNodeSyncStreamWatch: false\n  enableDebuggingHandlers: true\n")
+            handle.write(stages if stages.lstrip().startswith("---") else "---\n" + stages)
+        return path
+
+    def _start_kwok(self):
+        ports = self.state()["ports"]
+        pki = os.path.join(self.workdir, "pki")
+        self._spawn("kwok", [
+            os.path.join(self.bin_dir, "kwok"),
+            "--kubeconfig", self.kubeconfig, "--config", self._kwok_config(),
+            "--manage-nodes-with-annotation-selector", "%s=fake" % fleet_mod.KWOK_ANNOTATION,
+            "--node-ip", "127.0.0.1", "--node-port", str(ports["kwok"]),
+            "--server-address", "127.0.0.1:%d" % ports["kwok"],
+            "--tls-cert-file", os.path.join(pki, "kwok.crt"), "--tls-private-key-file", os.path.join(pki, "kwok.key"),
+            "--node-lease-duration-seconds", "40",
+            "--cidr", "10.244.0.0/16",
+            "--enable-crds", "Logs",
+        ])
+
+    def _start_simulator(self):
+        env = {"PYTHONPATH": os.pathsep.join([os.path.join(ROOT, ".build", "collections"), ROOT])}
+        self._spawn("gpu-operator-sim", [
+            sys.executable, "-u", "-m", "tests.lab.gpu_operator_sim",
+            "--kubeconfig", self.kubeconfig, "--workdir", self.workdir,
+            "--reference", os.path.join(REFERENCE, "gpu-operator-v26.3.2"),
+        ], env=env)
+
+    # ------------------------------------------------------------ API helpers
+    def api_client(self):
+        from kubernetes import client, config
+        configuration = client.Configuration()
+        config.load_kube_config(config_file=self.kubeconfig, client_configuration=configuration)
+        return client.ApiClient(configuration)
+
+    @property
+    def api(self):
+        if self._api is None:
+            self._api = self.api_client()
+        return self._api
+
+    def core(self):
+        from kubernetes import client
+        return client.CoreV1Api(self.api)
+
+    def _apply_crds(self):
+        from kubernetes import client
+        ext = client.ApiextensionsV1Api(self.api)
+        for path in CRDS:
+            with open(path) as handle:
+                for doc in yaml.safe_load_all(handle):
+                    if not doc:
+                        continue
+                    try:
+                        ext.create_custom_resource_definition(doc)
+                    except client.ApiException as exc:
+                        if exc.status != 409:
+                            raise
+        names = [os.path.basename(p) for p in CRDS]
+        self._wait_for("CRDs established (%s)" % ", ".join(names), self._crds_established, 60)
+
+    def _crds_established(self):
+        from kubernetes import client
+        ext = client.ApiextensionsV1Api(self.api)
+        wanted = {"helmcharts.helm.cattle.io", "helmchartconfigs.helm.cattle.io", "clusterpolicies.nvidia.com",
+                  "logs.kwok.x-k8s.io"}
+        ready = set()
+        for crd in ext.list_custom_resource_definition().items:
+            for cond in (crd.status.conditions or []):
+                if cond.type == "Established" and cond.status == "True":
+                    ready.add(crd.metadata.name)
+        return wanted <= ready
+
+    def fleet(self):
+        return fleet_mod.load_fleet(self.fleet_file)
+
+    def register_fleet(self):
+        for name, host_vars in sorted(self.fleet().items()):
+            self._create_node(fleet_mod.node_manifest(name, host_vars))
+
+    def _create_node(self, manifest):
+        from kubernetes import client
+        try:
+            self.core().create_node(manifest)
+        except client.ApiException as exc:
+            if exc.status != 409:
+                raise
+
+    def _nodes_ready(self, names):
+        nodes = dict((n.metadata.name, n) for n in self.core().list_node().items)
+        for name in names:
+            node = nodes.get(name)
+            if node is None:
+                return False
+            if not any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or [])):
+                return False
+        return True
+
+    def _default_serviceaccount(self):
+        from kubernetes import client
+        try:
+            self.core().read_namespaced_service_account("default", "default")
+            return True
+        except client.ApiException:
+            return False
+
+    # ------------------------------------------------------------ lifecycle
+    def up(self):
+        if self.is_up():
+            log("lab already up (%s)" % self.workdir)
+            self.register_fleet()
+            return
+        if self.state().get("pids"):
+            log("lab partly up: stopping what is left first")
+            self.down()
+        started = time.monotonic()
+        os.makedirs(self.workdir, exist_ok=True)
+        bin_dir = self.bin_dir
+        ensure_pki(os.path.join(self.workdir, "pki"))
+        shutil.rmtree(os.path.join(self.workdir, "etcd-data"), ignore_errors=True)
+        shutil.rmtree(os.path.join(self.workdir, "podlogs"), ignore_errors=True)
+        self._save_state({"bin": bin_dir, "pids": {}, "ports": dict(
+            (name, free_port()) for name in ("etcd", "etcd_peer", "etcd_metrics", "apiserver", "kcm", "scheduler",
+                                             "kwok"))})
+        log("starting etcd")
+        self._start_etcd()
+        log("starting kube-apiserver")
+        self._start_apiserver()
+        self._write_kubeconfig()
+        self._api = None
+        log("installing CRDs (HelmChart, HelmChartConfig, ClusterPolicy, kwok Logs)")
+        self._apply_crds()
+        log("starting kube-controller-manager, kube-scheduler, kwok, gpu-operator-sim")
+        self._start_controllers()
+        self._start_kwok()
+        self._start_simulator()
+        log("registering the fleet from %s" % os.path.relpath(self.fleet_file, ROOT))
+        self.register_fleet()
+        names = sorted(self.fleet())
+        self._wait_for("fleet nodes Ready", lambda: self._nodes_ready(names), 120, "kwok")
+        self._wait_for("default ServiceAccount", self._default_serviceaccount, 60, "kube-controller-manager")
+        state = self.state()
+        state["started_seconds"] = round(time.monotonic() - started, 1)
+        self._save_state(state)
+        log("lab up in %.1fs; kubeconfig %s" % (time.monotonic() - started, self.kubeconfig))
+
+    def down(self):
+        state = self.state()
+        pids = state.get("pids", {})
+        for component in reversed(COMPONENTS):
+            if pids.get(component):
+                self._stop(component, pids[component])
+        if os.path.exists(self.state_file):
+            state["pids"] = {}
+            self._save_state(state)
+        shutil.rmtree(os.path.join(self.workdir, "etcd-data"), ignore_errors=True)
+        leftovers = [c for c, pid in self.processes().items() if pid]
+        if leftovers:
+            raise LabError("still running after down: %s" % ", ".join(leftovers))
+        self._api = None
+        log("lab down (%s)" % self.workdir)
+
+    def status(self):
+        state = self.state()
+        lines = ["workdir:    %s" % self.workdir, "kubeconfig: %s" % self.kubeconfig]
+        for component, pid in self.processes().items():
+            lines.append("  %-24s %s" % (component, ("running, pid %d" % pid) if pid else "stopped"))
+        if self.is_up():
+            lines.append("api server: https://127.0.0.1:%d (ready)" % state["ports"]["apiserver"])
+            for node in self.core().list_node().items:
+                ready = any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
+                gpus = dict((k, v) for k, v in (node.status.allocatable or {}).items() if k.startswith("nvidia.com/"))
+                lines.append("  node %-20s %-8s %s" % (node.metadata.name, "Ready" if ready else "NotReady",
+                                                       ", ".join("%s=%s" % kv for kv in sorted(gpus.items()))))
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------ scenario helpers
+    def install_operator(self, values=None, name="gpu-operator", version="v26.3.2", annotations=None):
+        """Applies the gpu-operator HelmChart as the gpu_operator role would (tests use this
+        to get a rolled-out operator without running the role)."""
+        from kubernetes import client
+        body = {
+            "apiVersion": "helm.cattle.io/v1", "kind": "HelmChart",
+            "metadata": {"name": name, "namespace": "kube-system", "annotations": dict(annotations or {})},
+            "spec": {"chart": "gpu-operator", "repo": "https://helm.ngc.nvidia.com/nvidia", "version": version,
+                     "targetNamespace": "gpu-operator", "createNamespace": True,
+                     "valuesContent": yaml.safe_dump(values or {}, default_flow_style=False)},
+        }
+        api = client.CustomObjectsApi(self.api)
+        try:
+            current = api.get_namespaced_custom_object("helm.cattle.io", "v1", "kube-system", "helmcharts", name)
+            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            return api.replace_namespaced_custom_object("helm.cattle.io", "v1", "kube-system", "helmcharts", name, body)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+        return api.create_namespaced_custom_object("helm.cattle.io", "v1", "kube-system", "helmcharts", body)
+
+    def uninstall_operator(self, name="gpu-operator"):
+        from kubernetes import client
+        try:
+            client.CustomObjectsApi(self.api).delete_namespaced_custom_object(
+                "helm.cattle.io", "v1", "kube-system", "helmcharts", name)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def settled(self):
+        """The simulator's own view: it writes the last reconcile's summary to a ConfigMap."""
+        from kubernetes import client
+        try:
+            cm = self.core().read_namespaced_config_map("gpu-operator-sim", "kube-system")
+        except client.ApiException:
+            return None
+        return json.loads((cm.data or {}).get("status", "null"))
+
+    def _chart(self, name="gpu-operator"):
+        from kubernetes import client
+        try:
+            return client.CustomObjectsApi(self.api).get_namespaced_custom_object(
+                "helm.cattle.io", "v1", "kube-system", "helmcharts", name)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+            return None
+
+    def wait_settled(self, timeout=120, installed=True):
+        """Waits until the simulator has caught up with the current HelmChart (or its
+        absence) and every operand pod reached its state (lab plumbing for test set-up;
+        the product's waits are the collection's modules)."""
+        def caught_up():
+            summary = self.settled() or {}
+            chart = self._chart()
+            if installed:
+                if chart is None or not summary.get("installed"):
+                    return False
+                if (summary.get("chart_uid"), summary.get("chart_generation")) != (
+                        chart["metadata"]["uid"], chart["metadata"]["generation"]):
+                    return False
+            elif chart is not None or summary.get("chart_uid"):
+                return False
+            return bool(summary.get("settled"))
+        self._wait_for("simulated GPU Operator settled", caught_up, timeout, "gpu-operator-sim")
+        return self.settled()
+
+    def _annotate(self, node, key, value):
+        self.core().patch_node(node, {"metadata": {"annotations": {key: value}}})
+
+    def hold_down(self, node, *operands):
+        """Fault switch: the named operand pods on ``node`` stay Running but not Ready
+        (CrashLoopBackOff); default: container-toolkit, the "device plugin without toolkit" node."""
+        self._annotate(node, fleet_mod.HOLD_DOWN_ANNOTATION, ",".join(operands or ("container-toolkit",)))
+
+    def release(self, node):
+        self._annotate(node, fleet_mod.HOLD_DOWN_ANNOTATION, None)
+
+    def fail_cuda_sample(self, node, fail=True):
+        self._annotate(node, fleet_mod.CUDA_SAMPLE_ANNOTATION, "fail" if fail else None)
+
+    def advertise_override(self, node, resources):
+        """Fault switch: the node advertises ``resources`` ({name: count}) whatever its
+        workload config produces (a mismatched node); None restores the simulation."""
+        self._annotate(node, fleet_mod.ADVERTISE_ANNOTATION, json.dumps(resources) if resources else None)
+
+    def add_node(self, name, workload_config="container", gpus=2, model="A10", taints=None, labels=None,
+                 vgpu_config=None):
+        """Fault switch: a node joins after start (not in the fleet file)."""
+        fleet = self.fleet()
+        models = next(iter(fleet.values())).get("gpu_models", {})
+        host_vars = {"gpu_models": models, "lab_taints": taints or [], "lab_node_labels": dict(labels or {})}
+        if gpus:
+            host_vars.update({"gpu_model": model, "gpu_count": gpus})
+        manifest = fleet_mod.node_manifest(name, host_vars)
+        if gpus and workload_config:
+            manifest["metadata"]["labels"]["nvidia.com/gpu.workload.config"] = workload_config
+        if vgpu_config:
+            manifest["metadata"]["labels"]["nvidia.com/vgpu.config"] = vgpu_config
+        self._create_node(manifest)
+        self._wait_for("node %s Ready" % name, lambda: self._nodes_ready([name]), 60, "kwok")
+
+    def apply_fleet_labels(self):
+        """Puts the fleet's workload labels on the nodes, as the gpu_node_labels role
+        would from the same inventory (test set-up without running the role)."""
+        for name, host_vars in self.fleet().items():
+            labels = {}
+            if host_vars.get("gpu_workload_config"):
+                labels["nvidia.com/gpu.workload.config"] = host_vars["gpu_workload_config"]
+            if host_vars.get("gpu_vgpu_config"):
+                labels["nvidia.com/vgpu.config"] = host_vars["gpu_vgpu_config"]
+            if labels:
+                self.core().patch_node(name, {"metadata": {"labels": labels}})
+
+    def reset(self, values=None):
+        """Back to the clean fleet between tests: nodes not in the fleet deleted, fault
+        switches off, per-node operand switches removed, fleet labels, operator values."""
+        fleet = self.fleet()
+        for node in self.core().list_node().items:
+            name = node.metadata.name
+            if name not in fleet:
+                self.delete_node(name)
+                continue
+            annotations = dict((k, None) for k in (node.metadata.annotations or {})
+                               if k.startswith(fleet_mod.LAB_ANNOTATION) and k != fleet_mod.HARDWARE_ANNOTATION)
+            labels = dict((k, None) for k, v in (node.metadata.labels or {}).items()
+                          if k.startswith("nvidia.com/gpu.deploy.") and v not in ("true", "pre-installed"))
+            labels.update(dict((k, None) for k in (node.metadata.labels or {})
+                               if k in ("nvidia.com/gpu.workload.config", "nvidia.com/vgpu.config")))
+            if annotations or labels:
+                self.core().patch_node(name, {"metadata": {"annotations": annotations, "labels": labels}})
+        self.apply_fleet_labels()
+        if values is not None:
+            self.install_operator(values)
+            self.wait_settled()
+
+    def delete_node(self, name):
+        from kubernetes import client
+        try:
+            self.core().delete_node(name)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise

@@ -1,0 +1,62 @@
+"""labctl: start, stop and inspect the lab (see tests/lab/lab.py).
+
+    python -m tests.lab.labctl up|down|status|kubeconfig|restart-apiserver
+    python -m tests.lab.labctl hold-down NODE [OPERAND...] | release NODE
+    python -m tests.lab.labctl cuda-fail NODE | cuda-pass NODE
+    python -m tests.lab.labctl add-node NAME [--workload-config C] [--gpus N]
+"""
+
+import argparse
+import sys
+
+from tests.lab.lab import Lab, LabError
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="labctl", description=__doc__.split("\n")[0])
+    parser.add_argument("--workdir", help="lab work directory (default .lab in the repo)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("up", "down", "status", "kubeconfig", "restart-apiserver"):
+        sub.add_parser(name)
+    hold = sub.add_parser("hold-down", help="hold operand pods on a node not Ready (default container-toolkit)")
+    hold.add_argument("node")
+    hold.add_argument("operands", nargs="*")
+    release = sub.add_parser("release", help="undo hold-down on a node")
+    release.add_argument("node")
+    for name in ("cuda-fail", "cuda-pass"):
+        sub.add_parser(name, help="make CUDA sample pods on a node fail / pass").add_argument("node")
+    add = sub.add_parser("add-node", help="a GPU node joins after start")
+    add.add_argument("name")
+    add.add_argument("--workload-config", default="container")
+    add.add_argument("--gpus", type=int, default=2)
+    args = parser.parse_args(argv)
+
+    lab = Lab(workdir=args.workdir)
+    try:
+        if args.command == "up":
+            lab.up()
+            print(lab.status())
+        elif args.command == "down":
+            lab.down()
+        elif args.command == "status":
+            print(lab.status())
+        elif args.command == "kubeconfig":
+            print(lab.kubeconfig)
+        elif args.command == "restart-apiserver":
+            lab.restart_apiserver()
+        elif args.command == "hold-down":
+            lab.hold_down(args.node, *args.operands)
+        elif args.command == "release":
+            lab.release(args.node)
+        elif args.command in ("cuda-fail", "cuda-pass"):
+            lab.fail_cuda_sample(args.node, args.command == "cuda-fail")
+        elif args.command == "add-node":
+            lab.add_node(args.name, workload_config=args.workload_config, gpus=args.gpus)
+    except LabError as exc:
+        print("labctl: %s" % exc, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
