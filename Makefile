@@ -87,9 +87,12 @@ sanity: venv ## ansible-test sanity on a copy of the collection in an ansible_co
 	@rm -rf .build/sanity && mkdir -p .build/sanity/ansible_collections/gpuplatform/rke2
 	@git ls-files -z --cached --others --exclude-standard | \
 	  xargs -0 -I{} cp --parents {} .build/sanity/ansible_collections/gpuplatform/rke2/ 2>/dev/null || true
+	@pip_version=$$($(PY) -c 'import inspect, re, ansible_test._internal.python_requirements as m; print(re.search(r"pip=.([0-9.]+)", inspect.getsource(m)).group(1))'); \
+	  mkdir -p .build/sanity-home/.ansible/test/cache; \
+	  cp scripts/ansible-test-get-pip.py .build/sanity-home/.ansible/test/cache/get_pip_$${pip_version//./_}.py
 	cd .build/sanity/ansible_collections/gpuplatform/rke2 && \
-	  PATH=$(BIN):$$PATH $(BIN)/ansible-test sanity --python $$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])') \
-	    --color no --skip-test validate-modules-placeholder
+	  HOME=$(ROOT)/.build/sanity-home PATH=$(BIN):$$PATH $(BIN)/ansible-test sanity --color no \
+	    --python $$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 
 unit: venv ## unit tests (pure logic, no cluster)
 	$(call say,unit tests)

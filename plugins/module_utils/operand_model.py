@@ -285,7 +285,7 @@ def expected_operands(labels, policy_):
     """Operands that should run on a node (controller order); empty for non-GPU nodes."""
     if not is_gpu_node(labels):
         return ()
-    config, _ = effective_workload_config(labels, policy_)
+    config = effective_workload_config(labels, policy_)[0]
     if config not in WORKLOAD_CONFIGS:
         return ()
     return tuple(o.name for o in OPERANDS

@@ -13,7 +13,11 @@ K8S_VERSION=v1.34.4      # keep equal to k8s.io/kubernetes in gobuild/go.mod
 KWOK_VERSION=v0.8.0
 cache_root=${GPUPLATFORM_LAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpuplatform-rke2-lab}
 
-pin_hash=$( (cat "$here/gobuild/go.mod" "$here/gobuild/go.sum" "$here/gobuild/cmd/etcd/main.go" "$here/build.sh"; go env GOVERSION) | sha256sum | cut -c1-16)
+# The cache key is the pins alone (module files, versions, the Go toolchain, build flags
+# version), so editing this script's messages does not trigger a rebuild.
+BUILD_RECIPE=1   # bump when the go build flags below change
+pin_hash=$( (cat "$here/gobuild/go.mod" "$here/gobuild/go.sum" "$here/gobuild/cmd/etcd/main.go";
+             echo "$K8S_VERSION $KWOK_VERSION $BUILD_RECIPE"; go env GOVERSION) | sha256sum | cut -c1-16)
 bin="$cache_root/$pin_hash/bin"
 mkdir -p "$bin"
 

@@ -120,7 +120,7 @@ class Simulator(object):
         """One thread per kind: every event (and every reconnect) wakes the reconciler."""
         while True:
             try:
-                for _ in watch.Watch().stream(list_fn, timeout_seconds=300, **kwargs):
+                for _event in watch.Watch().stream(list_fn, timeout_seconds=300, **kwargs):
                     self.events.put(name)
             except Exception as exc:  # the API server restarts under us in fault tests
                 print("watch %s: %s" % (name, exc), file=sys.stderr, flush=True)
@@ -395,7 +395,7 @@ class Simulator(object):
             labels = node["metadata"].get("labels") or {}
             if not om.is_gpu_node(labels):
                 continue
-            config_name, _ = om.effective_workload_config(labels, policy)
+            config_name = om.effective_workload_config(labels, policy)[0]
             desired = {om.GPU_PRESENT_LABEL: "true"}
             if config_name in om.WORKLOAD_CONFIGS:
                 desired.update(om.deploy_labels_for(config_name, labels, policy))
@@ -526,7 +526,7 @@ class Simulator(object):
             labels = node["metadata"].get("labels") or {}
             if not om.is_gpu_node(labels):
                 continue
-            config_name, _ = om.effective_workload_config(labels, policy)
+            config_name = om.effective_workload_config(labels, policy)[0]
             running = by_node.get(name, set())
             plugin = om.RESOURCE_PLUGIN.get(config_name)
             advertised = self._resources_for(node, config_name) if plugin in running else {}

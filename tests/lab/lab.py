@@ -296,14 +296,16 @@ class Lab(object):
     def _kwok_config(self):
         path = os.path.join(self.workdir, "kwok.yaml")
         with open(os.path.join(HERE, "kwok", "stages.yaml")) as handle:
-            stages = handle.read()
+            stages = yaml.safe_load(handle)["stages"]
         with open(path, "w") as handle:
             # kwokctl fills these defaults itself; the kwok binary alone does not.
             handle.write("apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:\n"
                          "  podPlayStageParallelism: 4\n  nodePlayStageParallelism: 4\n  nodeLeaseParallelism: 4\n"
                          "  podsOnNodeSyncParallelism: 1\n  enablePodsOnNodeSyncListPager: true\n"
                          "  enablePodsOnNodeSyncStreamWatch: false\n  enableDebuggingHandlers: true\n")
-            handle.write(stages if stages.lstrip().startswith("---") else "---\n" + stages)
+            for stage in stages:
+                handle.write("---\n")
+                yaml.safe_dump(stage, handle, default_flow_style=False)
         return path
 
     def _start_kwok(self):

@@ -13,7 +13,7 @@ from tests.lab.lab import Lab, LabError
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="labctl", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="labctl", description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--workdir", help="lab work directory (default .lab in the repo)")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("up", "down", "status", "kubeconfig", "restart-apiserver"):

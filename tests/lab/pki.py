@@ -83,6 +83,6 @@ def ensure_pki(directory):
         _write(paths[name + ".crt"], cert.public_bytes(serialization.Encoding.PEM), 0o644)
     sa_key = _key()
     _write(paths["sa.key"], _key_pem(sa_key))
-    _write(paths["sa.pub"], sa_key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                              serialization.PublicFormat.SubjectPublicKeyInfo), 0o644)
+    public = sa_key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    _write(paths["sa.pub"], public, 0o644)
     return paths
