@@ -420,7 +420,8 @@ class Lab(object):
             self.down()
         started = time.monotonic()
         os.makedirs(self.workdir, exist_ok=True)
-        bin_dir = self.bin_dir
+        # Always through the build script: it returns the cache folder of the current pins.
+        bin_dir = self._bin_dir = self._bin_dir or build_binaries()
         ensure_pki(os.path.join(self.workdir, "pki"))
         shutil.rmtree(os.path.join(self.workdir, "etcd-data"), ignore_errors=True)
         shutil.rmtree(os.path.join(self.workdir, "podlogs"), ignore_errors=True)
