@@ -1,0 +1,581 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuplatform.rke2 contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Per-node check of the GPU Operator's operands: does every node run every operand it
+should, is a node's chain broken, does its workload label agree with what it advertises.
+
+Pure functions over plain dicts as the API returns them (camelCase keys: kubectl JSON or
+``ApiClient.sanitize_for_serialization``). What a node *should* run comes from its labels
+and the policy (``operand_model``), never from DaemonSet status counts: those count only
+the nodes a DaemonSet already targets, so a tainted or freshly joined node would drop out
+of them instead of showing up as missing.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import contextlib
+import copy
+import gc
+import json
+
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
+
+try:
+    import yaml
+
+    HAS_YAML = True
+    _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
+    HAS_YAML = False
+
+ERROR = "error"
+WARNING = "warning"
+
+MISSING_OPERAND = "missing-operand"
+ORDER_VIOLATION = "order-violation"
+UNEXPECTED_OPERAND = "unexpected-operand"
+RESOURCE_MISMATCH = "resource-mismatch"
+MIXED_WORKLOAD = "mixed-workload"
+LABEL_IGNORED = "label-ignored"
+UNKNOWN_WORKLOAD_CONFIG = "unknown-workload-config"
+UNTOLERATED_TAINT = "untolerated-taint"
+CODES = (UNKNOWN_WORKLOAD_CONFIG, LABEL_IGNORED, UNTOLERATED_TAINT, MISSING_OPERAND, ORDER_VIOLATION,
+         UNEXPECTED_OPERAND, RESOURCE_MISMATCH, MIXED_WORKLOAD)
+
+_SNAPSHOT_KEYS = {"Node": "nodes", "Pod": "pods", "DaemonSet": "daemonsets", "ClusterPolicy": "clusterpolicies"}
+
+
+# ---------------------------------------------------------------- input
+
+@contextlib.contextmanager
+def paused_gc():
+    """Suspend the cyclic garbage collector, restoring its state afterwards.
+
+    A cluster's JSON is millions of small acyclic objects: refcounting frees them, but
+    every full collection while they are alive walks all of them, which triples the time
+    to read and check a 5,000-node snapshot (docs/benchmarks.md)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def parse_documents(text, source="<snapshot>"):
+    """The documents in one snapshot file's text: JSON (what ``kubectl -o json`` prints,
+    parsed fast) or YAML, one or more documents."""
+    try:
+        return [json.loads(text)]
+    except ValueError:
+        pass
+    if not HAS_YAML:
+        raise ValueError("%s is not JSON, and PyYAML is not installed to read it as YAML" % source)
+    try:
+        return [doc for doc in yaml.load_all(text, Loader=_YAML_LOADER) if doc is not None]
+    except yaml.YAMLError as exc:
+        raise ValueError("%s is neither JSON nor YAML: %s" % (source, exc))
+
+
+def split_snapshot(documents):
+    """Nodes, pods, DaemonSets and ClusterPolicies out of parsed documents, each a v1
+    ``List`` (``kubectl get nodes,pods,daemonsets -A -o json``), a typed list
+    (``NodeList``) or a single object. Other kinds are skipped; a document that is no
+    Kubernetes object raises ValueError naming it."""
+    result = dict((key, []) for key in ("nodes", "pods", "daemonsets", "clusterpolicies"))
+    for index, document in enumerate(documents):
+        _collect(document, None, "document %d" % (index + 1), result)
+    return result
+
+
+def _collect(obj, implied_kind, where, result):
+    if obj is None:
+        return
+    if not isinstance(obj, dict):
+        raise ValueError("%s is a %s, not a Kubernetes object or List" % (where, type(obj).__name__))
+    kind = obj.get("kind") or implied_kind
+    if not kind:
+        raise ValueError("%s has no kind" % where)
+    if kind.endswith("List") and isinstance(obj.get("items"), list):
+        item_kind = kind[:-len("List")] or None
+        for index, item in enumerate(obj["items"]):
+            _collect(item, item_kind, "item %d of %s" % (index + 1, where), result)
+        return
+    key = _SNAPSHOT_KEYS.get(kind)
+    if key:
+        result[key].append(obj)
+
+
+def _active_clusterpolicy(clusterpolicies):
+    """The ClusterPolicy the operator acts on: it reconciles the oldest one and marks
+    every other ``ignored``."""
+    candidates = sorted(clusterpolicies or (), key=lambda cp: (
+        (cp.get("status") or {}).get("state") == "ignored",
+        (cp.get("metadata") or {}).get("creationTimestamp") or "",
+        (cp.get("metadata") or {}).get("name") or "",
+    ))
+    return candidates[0] if candidates else None
+
+
+def _operand_daemonset_namespace(daemonsets):
+    namespaces = set((ds.get("metadata") or {}).get("namespace") for ds in daemonsets or ()
+                     if om.operand_for_daemonset((ds.get("metadata") or {}).get("name")))
+    namespaces.discard(None)
+    return namespaces.pop() if len(namespaces) == 1 else None
+
+
+def policy_from_inputs(clusterpolicies, overrides, daemonsets=None):
+    """``operand_model.policy()`` from the ClusterPolicy in the input (if any) with the
+    explicit options in ``overrides`` on top (None: not given).
+
+    The operand namespace, when not given, is the ClusterPolicy's ``status.namespace``,
+    else the one namespace holding operand DaemonSets, else the chart default."""
+    overrides = dict(overrides or {})
+    active = _active_clusterpolicy(clusterpolicies)
+    spec = copy.deepcopy((active or {}).get("spec") or {})
+    if overrides.get("namespace") is None:
+        overrides["namespace"] = (((active or {}).get("status") or {}).get("namespace")
+                                  or _operand_daemonset_namespace(daemonsets))
+    sandbox = overrides.get("sandbox_workloads_enabled")
+    if sandbox is not None:
+        # Through the spec, not as an override: the sandbox operands' enabled flags
+        # follow sandboxWorkloads.enabled, and operand_model.policy() applies overrides
+        # after deriving them.
+        spec["sandboxWorkloads"] = dict(spec.get("sandboxWorkloads") or {}, enabled=bool(sandbox))
+    return om.policy(overrides, spec)
+
+
+# ---------------------------------------------------------------- pods
+
+def _meta(obj):
+    return obj.get("metadata") or {}
+
+
+def _daemonset_target(pod):
+    """The node a DaemonSet pod is pinned to before it is scheduled: the DaemonSet
+    controller sets a ``metadata.name`` matchFields term rather than ``nodeName``."""
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    for term in required.get("nodeSelectorTerms") or ():
+        for field in term.get("matchFields") or ():
+            values = field.get("values") or ()
+            if field.get("key") == "metadata.name" and field.get("operator") == "In" and len(values) == 1:
+                return values[0]
+    return None
+
+
+def pod_node(pod):
+    return (pod.get("spec") or {}).get("nodeName") or _daemonset_target(pod)
+
+
+def is_terminating(pod):
+    return bool(_meta(pod).get("deletionTimestamp"))
+
+
+def is_running(pod):
+    """Running in the check's sense: phase Running, every container ready, not terminating."""
+    if is_terminating(pod):
+        return False
+    status = pod.get("status") or {}
+    if status.get("phase") != "Running":
+        return False
+    statuses = status.get("containerStatuses") or ()
+    containers = (pod.get("spec") or {}).get("containers") or ()
+    if not statuses or len(statuses) < len(containers):
+        return False
+    return all(cs.get("ready") for cs in statuses)
+
+
+def is_present(pod):
+    """A pod that is or will be running: not terminating, not finished."""
+    return not is_terminating(pod) and (pod.get("status") or {}).get("phase", "Pending") in ("Pending", "Running")
+
+
+def _state_reason(state, exit_code_prefix="ExitCode:"):
+    waiting = state.get("waiting")
+    if waiting and waiting.get("reason"):
+        return waiting["reason"]
+    terminated = state.get("terminated")
+    if terminated:
+        return terminated.get("reason") or "%s%s" % (exit_code_prefix, terminated.get("exitCode"))
+    return None
+
+
+def pod_status_reason(pod):
+    """Why a pod is not Running and Ready, in kubectl's words: ``Terminating``,
+    ``Init:CrashLoopBackOff``, ``CrashLoopBackOff``, ``Pending: 0/6 nodes are available: ...``."""
+    if is_terminating(pod):
+        return "Terminating"
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    if phase in ("Succeeded", "Failed"):
+        return phase + (": " + status["reason"] if status.get("reason") else "")
+    init_statuses = status.get("initContainerStatuses") or ()
+    for index, cs in enumerate(init_statuses):
+        state = cs.get("state") or {}
+        terminated = state.get("terminated")
+        if terminated and terminated.get("exitCode") == 0:
+            continue
+        reason = _state_reason(state)
+        if reason and reason != "PodInitializing":
+            return "Init:" + reason
+        return "Init:%d/%d" % (index, len(init_statuses))
+    for cs in status.get("containerStatuses") or ():
+        reason = _state_reason(cs.get("state") or {})
+        if reason:
+            return reason
+    if phase == "Pending":
+        for condition in status.get("conditions") or ():
+            if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+                return "Pending: " + (condition.get("message") or condition.get("reason") or "not scheduled")
+        return "Pending"
+    return "Running, not ready"
+
+
+def index_operand_pods(pods, namespace):
+    """{node: {operand: [pods]}} for the operand pods in ``namespace``; one pass."""
+    index = {}
+    for pod in pods:
+        meta = _meta(pod)
+        if meta.get("namespace") != namespace:
+            continue
+        operand_ = om.operand_of_pod(meta.get("labels"))
+        if operand_ is None:
+            continue
+        node = pod_node(pod)
+        if node:
+            index.setdefault(node, {}).setdefault(operand_.name, []).append(pod)
+    return index
+
+
+def _describe(pods):
+    """One reason for an operand whose pods on a node are not Running and Ready; a
+    terminating pod speaks only when no other pod is there."""
+    live = [p for p in pods if not is_terminating(p)]
+    return pod_status_reason((live or pods)[0])
+
+
+# ---------------------------------------------------------------- evaluation
+
+def _operand_tolerations(daemonsets, namespace):
+    """Tolerations of each operand's DaemonSet in the input; the operator renders the
+    ClusterPolicy's ``daemonsets.tolerations`` into them."""
+    result = {}
+    for ds in daemonsets or ():
+        meta = _meta(ds)
+        operand_ = om.operand_for_daemonset(meta.get("name"))
+        if operand_ is None or meta.get("namespace") != namespace:
+            continue
+        template = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
+        result[operand_.name] = template.get("tolerations") or []
+    return result
+
+
+def _taint_text(taint):
+    value = "=" + taint["value"] if taint.get("value") else ""
+    return "%s%s:%s" % (taint.get("key"), value, taint.get("effect"))
+
+
+def _nearest_expected(name, states):
+    """The dependencies ``name`` waits for on this node: its direct ones, and through any
+    dependency the node does not expect (host-provided, switched off, n/a) the ones
+    behind it."""
+    result = []
+    for dep in om.operand(name).depends_on:
+        if states.get(dep) == "expected":
+            result.append(dep)
+        else:
+            result.extend(d for d in _nearest_expected(dep, states) if d not in result)
+    return result
+
+
+def _why_not_expected(operand_, state, config, labels):
+    label = om.deploy_label(operand_.name)
+    if state == "n/a":
+        if config not in operand_.workload_configs:
+            return "the node's workload config %s does not run it" % config
+        return "the node lacks %s=true" % operand_.capability_label
+    if state == "isolated":
+        return "the node is isolated (%s=%s)" % (om.OPERANDS_LABEL, om.DEPLOY_FALSE)
+    if state == "disabled" or labels.get(label) in (None, om.DEPLOY_TRUE):
+        return "%s.enabled is false in the policy" % operand_.values_key
+    return "%s=%s switches it off here" % (label, labels[label])
+
+
+def _workload(labels, policy_):
+    """(config the operator applies, raw label value, findings about the label)."""
+    config, label = om.effective_workload_config(labels, policy_)
+    findings = []
+    if not policy_["sandbox_workloads_enabled"]:
+        if label not in (None, "", om.CONTAINER):
+            findings.append((LABEL_IGNORED, ERROR, None,
+                             "%s=%s is ignored: sandbox workloads are disabled, so the operator runs the "
+                             "container operands here" % (om.WORKLOAD_CONFIG_LABEL, label)))
+        return config, label, findings
+    if config in om.WORKLOAD_CONFIGS:
+        return config, label, findings
+    # The operator logs a warning and applies its default workload (container when the
+    # ClusterPolicy's defaultWorkload is itself invalid).
+    fallback = policy_["default_workload"] if policy_["default_workload"] in om.WORKLOAD_CONFIGS else om.CONTAINER
+    source = ("%s=%s" % (om.WORKLOAD_CONFIG_LABEL, label) if label
+              else "the default workload %r" % policy_["default_workload"])
+    findings.append((UNKNOWN_WORKLOAD_CONFIG, ERROR, None,
+                     "%s is not a workload config (one of: %s); the operator applies %s instead"
+                     % (source, ", ".join(om.WORKLOAD_CONFIGS), fallback)))
+    return fallback, label, findings
+
+
+def _resource_findings(config, advertised, capacity, states, running, labels):
+    """(findings, allocatable layer failures) for what a GPU node advertises."""
+    findings, failures = [], []
+    by_config = {}
+    for name in advertised:
+        by_config.setdefault(om.resource_workload_config(name), []).append(name)
+    if len(by_config) > 1:
+        findings.append((MIXED_WORKLOAD, ERROR, None, "advertises resources of several workload types: %s" % "; ".join(
+            "%s (%s)" % (", ".join(sorted(names)), cfg) for cfg, names in sorted(by_config.items()))))
+    plugin = om.RESOURCE_PLUGIN[config]
+    for name in sorted(advertised):
+        produced_by = om.resource_workload_config(name)
+        if produced_by != config:
+            message = "advertises %s (%s) but its workload config is %s" % (name, produced_by, config)
+            findings.append((RESOURCE_MISMATCH, ERROR, plugin, message))
+            failures.append((plugin, message))
+    profile = labels.get(om.VGPU_CONFIG_LABEL)
+    wanted = "a %s resource" % config
+    if config == om.CONTAINER:
+        wanted = om.CONTAINER_RESOURCE
+    elif config == om.VM_VGPU and profile:
+        wanted = om.vgpu_resource_name(om.vgpu_type_name(profile))
+        for name in sorted(by_config.get(om.VM_VGPU, ())):
+            if name != wanted:
+                message = "advertises %s but %s=%s produces %s" % (name, om.VGPU_CONFIG_LABEL, profile, wanted)
+                findings.append((RESOURCE_MISMATCH, ERROR, plugin, message))
+                failures.append((plugin, message))
+    if states.get(plugin) == "expected" and not by_config.get(config):
+        seen = ", ".join("%s=%s" % kv for kv in sorted(capacity.items())) or "none"
+        message = "no %s allocatable (capacity: %s)" % (wanted, seen)
+        if plugin in running:
+            message = "%s runs but the node advertises %s" % (plugin, message)
+            findings.append((RESOURCE_MISMATCH, ERROR, plugin, message))
+        failures.append((plugin, message))
+    return findings, failures
+
+
+def _evaluate_node(node, pods_by_operand, policy_, tolerations, chains):
+    meta = _meta(node)
+    name = meta.get("name")
+    labels = meta.get("labels") or {}
+    status = node.get("status") or {}
+    advertised = om.gpu_resources(status.get("allocatable"))
+    capacity = om.gpu_resources(status.get("capacity"))
+    gpu_node = om.is_gpu_node(labels)
+    findings = []
+    running = [o.name for o in om.OPERANDS if any(is_running(p) for p in pods_by_operand.get(o.name, ()))]
+    report = {
+        "node": name, "gpu_node": gpu_node, "workload_config": None,
+        "workload_label": labels.get(om.WORKLOAD_CONFIG_LABEL), "expected_operands": [],
+        "running_operands": running, "not_running": {}, "operand_states": {},
+        "advertised": advertised, "capacity": capacity, "untolerated_taints": [], "layer_failures": [],
+    }
+
+    if not gpu_node:
+        for o in om.OPERANDS:
+            present = [p for p in pods_by_operand.get(o.name, ()) if is_present(p)]
+            if present:
+                findings.append((UNEXPECTED_OPERAND, ERROR, o.name,
+                                 "%s has a pod here (%s) but the node is not a GPU node"
+                                 % (o.name, _meta(present[0]).get("name"))))
+        if advertised:
+            findings.append((RESOURCE_MISMATCH, WARNING, None,
+                             "advertises %s but is not a GPU node (no %s or NFD GPU label): not the GPU "
+                             "Operator's resources" % (", ".join(sorted(advertised)), om.GPU_PRESENT_LABEL)))
+        return _finish(report, findings, [])
+
+    config, label, findings = _workload(labels, policy_)
+    report["workload_config"] = config
+    states = dict((o.name, om.operand_state_on_node(o, labels, policy_, config)) for o in om.OPERANDS)
+    report["operand_states"] = dict((k, v) for k, v in states.items() if v != "n/a")
+    expected = [n for n in chains[config] if states[n] == "expected"]
+    report["expected_operands"] = expected
+
+    blocked = {}
+    taints = (node.get("spec") or {}).get("taints")
+    if taints and expected:
+        for operand_name in expected:
+            if operand_name in tolerations:
+                bad = om.untolerated_taints(taints, tolerations[operand_name])
+            else:
+                bad = om.untolerated_taints(taints)
+            if bad:
+                blocked[operand_name] = ", ".join(_taint_text(t) for t in bad)
+        if blocked:
+            texts = sorted(set(blocked.values()))
+            report["untolerated_taints"] = texts
+            who = ("the operand DaemonSets" if len(blocked) == len(expected)
+                   else "the DaemonSets of " + ", ".join(blocked))
+            # Pods already running stay (NoSchedule evicts nothing) but are not replaced
+            # once deleted: a warning until one of them is actually missing.
+            if all(name in running for name in blocked):
+                findings.append((UNTOLERATED_TAINT, WARNING, None, "taint %s is not tolerated by %s: their pods run "
+                                 "now but will not be placed here again once deleted" % ("; ".join(texts), who)))
+            else:
+                findings.append((UNTOLERATED_TAINT, ERROR, None, "taint %s is not tolerated by %s: their pods will "
+                                 "never be placed on this node" % ("; ".join(texts), who)))
+
+    layer_failures = []
+    for operand_name in expected:
+        if operand_name in running:
+            continue
+        pods = pods_by_operand.get(operand_name)
+        if pods:
+            reason = _describe(pods)
+        elif operand_name in blocked:
+            reason = "no pod: taint %s not tolerated" % blocked[operand_name]
+        else:
+            reason = "no pod"
+        report["not_running"][operand_name] = reason
+        findings.append((MISSING_OPERAND, ERROR, operand_name, "%s is not running: %s" % (operand_name, reason)))
+        layer_failures.append((om.operand(operand_name).layer, operand_name, reason))
+
+    for operand_name in chains[config]:
+        if operand_name not in running or states[operand_name] != "expected":
+            continue
+        waiting_for = [d for d in _nearest_expected(operand_name, states) if d not in running]
+        if waiting_for:
+            findings.append((ORDER_VIOLATION, ERROR, operand_name, "%s runs while %s, which it depends on, does not (%s)" % (
+                operand_name, ", ".join(waiting_for), "; ".join(report["not_running"][d] for d in waiting_for))))
+
+    for o in om.OPERANDS:
+        state = states[o.name]
+        if state == "expected":
+            continue
+        present = [p for p in pods_by_operand.get(o.name, ()) if is_present(p)]
+        if present:
+            findings.append((UNEXPECTED_OPERAND, ERROR, o.name, "%s has a pod here (%s) but %s" % (
+                o.name, _meta(present[0]).get("name"), _why_not_expected(o, state, config, labels))))
+
+    resource_findings, allocatable_failures = _resource_findings(config, advertised, capacity, states, running, labels)
+    findings.extend(resource_findings)
+    layer_failures.extend((om.LAYER_ALLOCATABLE, plugin, reason) for plugin, reason in allocatable_failures)
+    return _finish(report, findings, layer_failures)
+
+
+def _finish(report, findings, layer_failures):
+    name = report["node"]
+    report["layer_failures"] = [
+        {"layer": layer, "operand": operand_name, "reason": reason}
+        for layer, operand_name, reason in sorted(
+            (f for f in layer_failures if f[0] in om.LAYERS), key=lambda f: om.LAYERS.index(f[0]))
+    ]
+    result = []
+    for code, severity, operand_name, message in findings:
+        finding = {"node": name, "code": code, "severity": severity, "message": message}
+        if operand_name:
+            finding["operand"] = operand_name
+        result.append(finding)
+    report["codes"] = sorted(set(f["code"] for f in result), key=CODES.index)
+    report["ok"] = not any(f["severity"] == ERROR for f in result)
+    return report, result
+
+
+def evaluate(nodes, pods, policy, daemonsets=None):
+    """Check every node against ``policy`` (``operand_model.policy()``).
+
+    Returns ``{"nodes": {name: report}, "findings": [...]}``, nodes in name order. Linear
+    in nodes + pods: the operand pods are indexed by node once."""
+    namespace = policy["namespace"]
+    chains = dict((config, om.chain_for_workload(config)) for config in om.WORKLOAD_CONFIGS)
+    reports, findings = {}, []
+    with paused_gc():
+        pods_index = index_operand_pods(pods, namespace)
+        tolerations = _operand_tolerations(daemonsets, namespace)
+        for node in sorted(nodes, key=lambda n: _meta(n).get("name") or ""):
+            report, node_findings = _evaluate_node(
+                node, pods_index.get(_meta(node).get("name"), {}), policy, tolerations, chains)
+            reports[report["node"]] = report
+            findings.extend(node_findings)
+    return {"nodes": reports, "findings": findings}
+
+
+def first_broken_layer(report):
+    """The lowest broken layer of one node's report (``{layer, operand, reason}``), or None."""
+    failures = report.get("layer_failures") or ()
+    return failures[0] if failures else None
+
+
+# ---------------------------------------------------------------- result
+
+def check(snapshot, policy, node_names=None):
+    """The check's whole result for a split snapshot: ``findings``, ``nodes``, the
+    ``policy`` it used and a ``summary``. ``node_names`` limits the report; a name that
+    is not in the snapshot raises ValueError."""
+    nodes = snapshot["nodes"]
+    if node_names:
+        known = set(_meta(n).get("name") for n in nodes)
+        unknown = sorted(set(node_names) - known)
+        if unknown:
+            raise ValueError("nodes not in the cluster: %s" % ", ".join(unknown))
+        wanted = set(node_names)
+        nodes = [n for n in nodes if _meta(n).get("name") in wanted]
+    result = evaluate(nodes, snapshot["pods"], policy, snapshot.get("daemonsets"))
+    reports = result["nodes"].values()
+    by_code = {}
+    for finding in result["findings"]:
+        by_code[finding["code"]] = by_code.get(finding["code"], 0) + 1
+    result["policy"] = policy
+    result["summary"] = {
+        "nodes": len(result["nodes"]),
+        "gpu_nodes": sum(1 for r in reports if r["gpu_node"]),
+        "ok_nodes": sum(1 for r in reports if r["ok"]),
+        "errors": sum(1 for f in result["findings"] if f["severity"] == ERROR),
+        "warnings": sum(1 for f in result["findings"] if f["severity"] == WARNING),
+        "by_code": by_code,
+    }
+    return result
+
+
+def failure_message(result, most=10):
+    """One line naming the nodes with error findings and their codes."""
+    bad = [r for r in result["nodes"].values() if not r["ok"]]
+    errors = [f for f in result["findings"] if f["severity"] == ERROR]
+    parts = []
+    for report in bad[:most]:
+        codes = [c for c in report["codes"]
+                 if any(f["code"] == c and f["node"] == report["node"] and f["severity"] == ERROR for f in errors)]
+        parts.append("%s (%s)" % (report["node"], ", ".join(codes)))
+    if len(bad) > most:
+        parts.append("and %d more" % (len(bad) - most))
+    return "%d error finding%s on %d of %d nodes: %s" % (
+        len(errors), "" if len(errors) == 1 else "s", len(bad), len(result["nodes"]), "; ".join(parts))
+
+
+def format_table(result):
+    """The per-node table the CLI prints, then one line per finding."""
+    header = ("NODE", "WORKLOAD", "RUNNING/EXPECTED", "ADVERTISED", "FINDINGS")
+    rows = [header]
+    for report in result["nodes"].values():
+        expected = report["expected_operands"]
+        rows.append((
+            report["node"],
+            report["workload_config"] or "-",
+            "%d/%d" % (sum(1 for n in expected if n in report["running_operands"]), len(expected))
+            if report["gpu_node"] else "-",
+            ", ".join("%s=%d" % kv for kv in sorted(report["advertised"].items())) or "-",
+            ", ".join(report["codes"]) or "ok",
+        ))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
+    if result["findings"]:
+        lines.append("")
+        for f in result["findings"]:
+            lines.append("%-7s %s %s: %s" % (f["severity"], f["node"], f["code"], f["message"]))
+    summary = result.get("summary")
+    if summary:
+        lines.append("")
+        lines.append("%d nodes (%d GPU), %d ok; %d errors, %d warnings" % (
+            summary["nodes"], summary["gpu_nodes"], summary["ok_nodes"], summary["errors"], summary["warnings"]))
+    return "\n".join(lines) + "\n"
