@@ -608,6 +608,22 @@ class KubeApi(object):
         return response.data.decode("utf-8", "replace")
 
 
+def run_checked(module, check_params, action, describe):
+    """The frame of every wait module: reject bad options before connecting, connect,
+    ``action(api)``; fail with a message naming the option, or ``describe`` and the
+    error retrying could not mend. Returns (api, what ``action`` returned)."""
+    problem = check_params(module.params)
+    if problem:
+        module.fail_json(msg=problem)
+    try:
+        api = connect(module.params)
+        return api, action(api)
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    except (WaitFailed, ApiError) as exc:
+        module.fail_json(msg="%s: %s" % (describe, exc))
+
+
 def connect(params):
     """The adapter for a module's connection options (``k8s_connection``). Modules call
     it through this module so that unit tests can substitute a fake cluster."""

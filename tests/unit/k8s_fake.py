@@ -163,6 +163,14 @@ class FakeCluster(object):
     def script(self, key, *streams):
         self.streams.setdefault(key, []).extend(list(s) for s in streams)
 
+    def append_steps(self, key, steps):
+        """Add steps to the last stream scripted for ``key`` (a new one if none is
+        waiting): what several creations cause shows in one watch."""
+        streams = self.streams.setdefault(key, [])
+        if not streams:
+            streams.append([])
+        streams[-1].extend(steps)
+
     def fail_list(self, key, *errors):
         """The next lists of ``key`` fail with these ApiErrors (None: answer normally)."""
         self.list_failures.setdefault(key, []).extend(errors)

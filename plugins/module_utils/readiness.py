@@ -1,0 +1,664 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuplatform.rke2 contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the wait modules wait for, and why a wait did not end: pure functions over the
+engine's cache (``{kind: {namespace/name: object}}``, objects as the API returns them).
+
+Conditions return ``(done, detail)`` for ``k8s_wait.Waiter``; ``done`` means "stop
+waiting", so a condition that sees a failure nothing will mend (a HelmChart install that
+failed, a CUDA sample that ended) is done too and says so in its detail.
+
+Which operands a node should run, in which order, and why one is not running come from
+``node_check`` and ``operand_model``; this module adds only what a wait needs on top:
+node selection by resource, steps, timings, Jobs and sample pods.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+from datetime import datetime
+
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import node_check
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
+from ansible_collections.gpuplatform.rke2.plugins.module_utils.k8s_wait import objects
+
+LAYER_NODE = "node"  # the kubelet itself: below the ADR's layers
+
+
+def _meta(obj):
+    return (obj or {}).get("metadata") or {}
+
+
+def _name(obj):
+    return _meta(obj).get("name")
+
+
+def _condition(obj, kind):
+    for condition in ((obj or {}).get("status") or {}).get("conditions") or ():
+        if condition.get("type") == kind:
+            return condition
+    return None
+
+
+# An extended resource name: a DNS subdomain prefix, a slash, a name.
+_RESOURCE_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+def resource_name_problem(resource, key="resource"):
+    """A message naming ``key`` when ``resource`` is no extended resource name, else None."""
+    if _RESOURCE_RE.match(resource or ""):
+        return None
+    return "%s: %r is not an extended resource name (<domain>/<name>, like nvidia.com/gpu)" % (key, resource)
+
+
+def count(resources, name):
+    """An extended resource's count in a capacity or allocatable map (0 when absent)."""
+    value = (resources or {}).get(name)
+    try:
+        return int(str(value)) if value is not None else 0
+    except ValueError:
+        return 0
+
+
+def node_ready(node):
+    """(ready, reason): the kubelet's Ready condition."""
+    condition = _condition(node, "Ready")
+    if condition is None:
+        return False, "no Ready condition yet"
+    if condition.get("status") == "True":
+        return True, None
+    return False, "NotReady: %s" % (condition.get("message") or condition.get("reason") or condition.get("status"))
+
+
+def _plural(n, word):
+    return "%d %s%s" % (n, word, "" if n == 1 else "s")
+
+
+def policy_from_cache(cache, namespace=None):
+    """``operand_model.policy()`` from the cached ClusterPolicies (chart defaults when
+    there is none yet)."""
+    return node_check.policy_from_inputs(objects(cache, "clusterpolicies"), {"namespace": namespace})
+
+
+# ---------------------------------------------------------------- node selection
+
+def select_nodes(nodes, resource, policy, names=None, explicit=False):
+    """(selected, skipped, missing) node names for a wait on ``resource``.
+
+    ``explicit`` (the caller chose nodes by label selector or ``names``): every node
+    given is selected; a named node not (yet) in the cluster is ``missing``. Otherwise,
+    the GPU nodes on which the operator will run the device plugin that produces
+    ``resource``: right workload config, plugin not switched off, no taint its
+    DaemonSet does not tolerate, no other resource of that config advertised instead
+    (a MIG or vGPU profile that produces another name). ``skipped`` says why each other
+    GPU node is left out."""
+    by_name = dict((_name(n), n) for n in nodes)
+    if explicit:
+        wanted = sorted(names) if names else sorted(by_name)
+        return [n for n in wanted if n in by_name], [], [n for n in wanted if n not in by_name]
+    config = om.resource_workload_config(resource)
+    reports = node_check.evaluate(nodes, [], policy)["nodes"]
+    selected, skipped = [], []
+    for name in sorted(by_name):
+        report = reports[name]
+        if not report["gpu_node"]:
+            continue
+        reason = _skip_reason(by_name[name], report, resource, config)
+        if reason:
+            skipped.append({"node": name, "reason": reason})
+        else:
+            selected.append(name)
+    return selected, skipped, []
+
+
+def _skip_reason(node, report, resource, config):
+    node_config = report["workload_config"]
+    if node_config != config:
+        return "its workload config is %s, which does not produce %s" % (node_config, resource)
+    plugin = om.RESOURCE_PLUGIN[config]
+    if plugin not in report["expected_operands"]:
+        state = report["operand_states"].get(plugin)
+        if state == "isolated":
+            return "it is isolated (%s=%s)" % (om.OPERANDS_LABEL, om.DEPLOY_FALSE)
+        label = om.deploy_label(plugin)
+        value = _meta(node).get("labels", {}).get(label)
+        if value is not None:
+            return "%s is switched off here (%s=%s)" % (plugin, label, value)
+        return "%s is not enabled in the ClusterPolicy" % plugin
+    if report["untolerated_taints"]:
+        return "taint %s is not tolerated by the operand DaemonSets" % "; ".join(report["untolerated_taints"])
+    status = node.get("status") or {}
+    others = sorted(name for name in om.gpu_resources(status.get("capacity"))
+                    if name != resource and om.resource_workload_config(name) == config)
+    if others and not count(status.get("capacity"), resource):
+        return "it advertises %s instead" % ", ".join(others)
+    return None
+
+
+# ---------------------------------------------------------------- per-layer diagnosis
+
+def diagnose(nodes, pods, policy, node_names, resource=None, min_per_node=1):
+    """Why each of ``node_names`` is not ready, in the ADR's layers, lowest first:
+    ``{node: {"workload_config", "layer", "operand", "reason", "layer_failures"}}``.
+
+    The operand layers come from ``node_check``; on top, a node whose kubelet is not
+    Ready, and one that advertises fewer than ``min_per_node`` of ``resource``."""
+    by_name = dict((_name(n), n) for n in nodes)
+    wanted = [by_name[n] for n in node_names if n in by_name]
+    reports = node_check.evaluate(wanted, pods, policy)["nodes"]
+    result = {}
+    for name in node_names:
+        if name not in by_name:
+            result[name] = {"workload_config": None, "layer": LAYER_NODE, "operand": None,
+                            "reason": "the node is not in the cluster", "layer_failures": []}
+            continue
+        node = by_name[name]
+        report = reports[name]
+        failures = list(report["layer_failures"])
+        ready, why = node_ready(node)
+        if not ready:
+            failures.insert(0, {"layer": LAYER_NODE, "operand": None, "reason": why})
+        config = report["workload_config"]
+        if resource and config in om.RESOURCE_PLUGIN and not any(f["layer"] == om.LAYER_ALLOCATABLE for f in failures):
+            status = node.get("status") or {}
+            have = count(status.get("allocatable"), resource)
+            if have < min_per_node:
+                failures.append({"layer": om.LAYER_ALLOCATABLE, "operand": om.RESOURCE_PLUGIN[config],
+                                 "reason": "allocatable %s: %d (capacity %d), fewer than %d" % (
+                                     resource, have, count(status.get("capacity"), resource), min_per_node)})
+        first = failures[0] if failures else {
+            "layer": None, "operand": None,
+            "reason": "no broken layer found (operands Running and Ready, %s advertised)" % (resource or "resources")}
+        result[name] = {"workload_config": config, "layer": first["layer"], "operand": first["operand"],
+                        "reason": first["reason"], "layer_failures": failures}
+    return result
+
+
+def diagnosis_text(diagnosis, most=10):
+    """``node: layer (operand): reason; ...`` for a failure message."""
+    parts = []
+    for name in sorted(diagnosis)[:most]:
+        d = diagnosis[name]
+        if d["layer"] is None:
+            parts.append("%s: %s" % (name, d["reason"]))
+            continue
+        where = d["layer"] + (" (%s)" % d["operand"] if d["operand"] else "")
+        parts.append("%s: %s: %s" % (name, where, d["reason"]))
+    if len(diagnosis) > most:
+        parts.append("and %d more" % (len(diagnosis) - most))
+    return "; ".join(parts)
+
+
+# ---------------------------------------------------------------- allocatable
+
+def allocatable_condition(resource, names=None, explicit=False, min_per_node=1, min_nodes=None,
+                          allow_no_nodes=False, namespace=None):
+    """Selected nodes Ready with at least ``min_per_node`` of ``resource`` allocatable;
+    ``min_nodes`` of them (default: every selected node). Nodes that join during the
+    wait are selected like the others."""
+
+    def condition(cache):
+        nodes = objects(cache, "nodes")
+        policy = policy_from_cache(cache, namespace)
+        selected, skipped, missing = select_nodes(nodes, resource, policy, names, explicit)
+        by_name = dict((_name(n), n) for n in nodes)
+        per_node, ready, waiting = {}, [], {}
+        for name in selected:
+            node = by_name[name]
+            status = node.get("status") or {}
+            have = count(status.get("allocatable"), resource)
+            node_is_ready, why = node_ready(node)
+            per_node[name] = {"allocatable": have, "capacity": count(status.get("capacity"), resource),
+                              "ready": node_is_ready and have >= min_per_node}
+            if per_node[name]["ready"]:
+                ready.append(name)
+            else:
+                waiting[name] = why or "allocatable %s: %d, wanted %d" % (resource, have, min_per_node)
+        for name in missing:
+            waiting[name] = "not in the cluster"
+        wanted = min_nodes if min_nodes is not None else len(selected) + len(missing)
+        if not selected and not missing and min_nodes is None:
+            done = allow_no_nodes
+            message = "no node selected for %s" % resource
+        else:
+            done = len(ready) >= wanted
+            message = "%d of %d wanted nodes have %d %s allocatable" % (len(ready), wanted, min_per_node, resource)
+        return done, {"nodes": per_node, "selected": selected, "ready": ready, "waiting": waiting,
+                      "skipped": skipped, "wanted": wanted, "message": message}
+
+    return condition
+
+
+# ---------------------------------------------------------------- operand readiness
+
+STEP_OPERATOR = "operator"
+STEP_CLUSTER_POLICY = "cluster-policy"
+STEP_OPERANDS = "operands"
+STEPS = (STEP_OPERATOR, STEP_CLUSTER_POLICY, STEP_OPERANDS)
+
+
+def deployment_available(deployment):
+    """(available, message) of a Deployment: condition Available=True on its current
+    generation."""
+    if deployment is None:
+        return False, "Deployment not found"
+    status = deployment.get("status") or {}
+    available = _condition(deployment, "Available")
+    if (status.get("observedGeneration") or 0) < (_meta(deployment).get("generation") or 0):
+        return False, "rollout of generation %s not observed yet" % _meta(deployment).get("generation")
+    if available and available.get("status") == "True" and (status.get("availableReplicas") or 0) >= 1:
+        return True, "%s/%s replicas available" % (status.get("availableReplicas"), status.get("replicas"))
+    progressing = _condition(deployment, "Progressing") or {}
+    return False, "%s/%s replicas available%s" % (
+        status.get("availableReplicas") or 0, status.get("replicas") or 0,
+        ": " + progressing["message"] if progressing.get("message") else "")
+
+
+def active_clusterpolicy(clusterpolicies):
+    # node_check knows which ClusterPolicy the operator acts on.
+    return node_check._active_clusterpolicy(clusterpolicies)  # pylint: disable=protected-access
+
+
+def clusterpolicy_ready(clusterpolicy, require_reconciled):
+    """(ready, message): present; with ``require_reconciled``, condition Ready=True with
+    reason Reconciled (the operator also reports Ready with NoGPUNodes or
+    NFDLabelsMissing, which say nothing about the operands)."""
+    if clusterpolicy is None:
+        return False, "no ClusterPolicy"
+    status = clusterpolicy.get("status") or {}
+    state = status.get("state") or "unknown"
+    if not require_reconciled:
+        return True, "ClusterPolicy %s present (state %s)" % (_name(clusterpolicy), state)
+    ready = _condition(clusterpolicy, "Ready")
+    if ready is None:
+        return False, "ClusterPolicy %s has no Ready condition yet (state %s)" % (_name(clusterpolicy), state)
+    if ready.get("status") == "True" and ready.get("reason") == "Reconciled":
+        return True, "ClusterPolicy %s Ready (Reconciled)" % _name(clusterpolicy)
+    return False, "ClusterPolicy %s: Ready=%s reason %s%s" % (
+        _name(clusterpolicy), ready.get("status"), ready.get("reason"),
+        ": " + ready["message"] if ready.get("message") else "")
+
+
+def _operator_pod_reasons(pods, namespace):
+    key, value = om.OPERATOR_POD_SELECTOR
+    return dict((_name(p), node_check.pod_status_reason(p)) for p in pods
+                if _meta(p).get("namespace") == namespace and (_meta(p).get("labels") or {}).get(key) == value
+                and not node_check.is_running(p))
+
+
+def operand_nodes(nodes, pods, policy, names=None, explicit=False):
+    """Per node, its operand chain and where it stands: ``{node: {"workload_config",
+    "chain", "ready_operands", "ready", "stuck_at", "layer", "reason"}}`` and the GPU
+    nodes left out (isolated, or tainted against the operands) with the reason."""
+    if explicit:
+        wanted = set(names) if names else None
+        nodes = [n for n in nodes if wanted is None or _name(n) in wanted]
+    reports = node_check.evaluate(nodes, pods, policy)["nodes"]
+    result, skipped = {}, []
+    for name, report in reports.items():
+        if not explicit:
+            if not report["gpu_node"]:
+                continue
+            if report["untolerated_taints"]:
+                skipped.append({"node": name, "reason": "taint %s is not tolerated by the operand DaemonSets"
+                                % "; ".join(report["untolerated_taints"])})
+                continue
+            if not report["expected_operands"]:
+                skipped.append({"node": name, "reason": "no operand is expected here (%s)" % ", ".join(
+                    "%s: %s" % kv for kv in sorted(report["operand_states"].items())) or "no operand"})
+                continue
+        chain = report["expected_operands"]
+        ready = [o for o in chain if o in report["running_operands"]]
+        stuck = next((o for o in chain if o not in report["running_operands"]), None)
+        result[name] = {
+            "workload_config": report["workload_config"], "chain": chain, "ready_operands": ready,
+            "ready": stuck is None and bool(report["gpu_node"]), "stuck_at": stuck,
+            "layer": om.operand(stuck).layer if stuck else None,
+            "reason": report["not_running"].get(stuck) if stuck else (None if report["gpu_node"] else "not a GPU node"),
+        }
+    return result, skipped
+
+
+def operand_readiness_condition(namespace, require_reconciled=False, names=None, explicit=False, allow_no_nodes=False):
+    """The fixed order: operator Deployment available, ClusterPolicy present (Ready and
+    Reconciled when required), then every selected node's operand chain Running and
+    Ready. Later steps are evaluated only when the earlier ones hold."""
+
+    def condition(cache):
+        pods = objects(cache, "pods")
+        deployments = objects(cache, "deployments")
+        steps = dict((s, {"done": False, "message": "waiting for %s" % STEPS[i - 1] if i else None})
+                     for i, s in enumerate(STEPS))
+        detail = {"step": STEP_OPERATOR, "steps": steps, "nodes": {}, "skipped": [], "operator_pods": {}}
+
+        ok, message = deployment_available(deployments[0] if deployments else None)
+        steps[STEP_OPERATOR] = {"done": ok, "message": "Deployment %s/%s: %s" % (namespace, om.OPERATOR_DEPLOYMENT, message)}
+        if not ok:
+            detail["operator_pods"] = _operator_pod_reasons(pods, namespace)
+            return False, detail
+
+        detail["step"] = STEP_CLUSTER_POLICY
+        clusterpolicies = objects(cache, "clusterpolicies")
+        ok, message = clusterpolicy_ready(active_clusterpolicy(clusterpolicies), require_reconciled)
+        steps[STEP_CLUSTER_POLICY] = {"done": ok, "message": message}
+        if not ok:
+            return False, detail
+
+        detail["step"] = STEP_OPERANDS
+        policy = node_check.policy_from_inputs(clusterpolicies, {"namespace": namespace})
+        per_node, skipped = operand_nodes(objects(cache, "nodes"), pods, policy, names, explicit)
+        if explicit and names:
+            for name in sorted(set(names) - set(per_node)):
+                per_node[name] = {"workload_config": None, "chain": [], "ready_operands": [], "ready": False,
+                                  "stuck_at": None, "layer": LAYER_NODE, "reason": "the node is not in the cluster"}
+        detail["nodes"], detail["skipped"] = per_node, skipped
+        waiting = sorted(n for n, info in per_node.items() if not info["ready"])
+        if not per_node:
+            ok = allow_no_nodes
+            message = "no GPU node selected"
+        else:
+            ok = not waiting
+            message = "%d of %d nodes run their operand chain" % (len(per_node) - len(waiting), len(per_node))
+        steps[STEP_OPERANDS] = {"done": ok, "message": message}
+        if ok:
+            detail["step"] = None
+        return ok, detail
+
+    return condition
+
+
+class StepTimes(object):
+    """A progress callback for the engine: when each step and each node was first seen
+    done. ``durations()``: the time each step took after the one before it."""
+
+    def __init__(self):
+        self.step_done = {}
+        self.node_done = {}
+
+    def __call__(self, detail, elapsed):
+        elapsed = round(elapsed, 3)
+        for step, info in detail["steps"].items():
+            if info["done"]:
+                self.step_done.setdefault(step, elapsed)
+        for name, info in detail["nodes"].items():
+            if info["ready"]:
+                self.node_done.setdefault(name, elapsed)
+
+    def durations(self):
+        result, before = [], 0.0
+        for step in STEPS:
+            done = self.step_done.get(step)
+            result.append({"step": step, "done_after": done,
+                           "duration": None if done is None else round(max(done - before, 0.0), 3)})
+            if done is not None:
+                before = done
+        return result
+
+
+# ---------------------------------------------------------------- the CUDA sample
+
+SAMPLE_IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04"
+SAMPLE_CONTAINER = "cuda-vectoradd"
+SAMPLE_LABEL_NAME = "app.kubernetes.io/name"
+SAMPLE_LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+SAMPLE_LABEL_RUN = "gpuplatform.rke2/cuda-sample-run"
+MANAGED_BY = "gpuplatform.rke2"
+# Waiting reasons that no retry by the kubelet mends: the sample has failed.
+UNRECOVERABLE_WAITING = ("InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError",
+                         "CreateContainerError", "ImagePullBackOff")
+_NAME_RE = re.compile(r"[^a-z0-9-]+")
+
+
+def sample_pod_name(prefix, node=None):
+    """``cuda-vectoradd`` or ``cuda-vectoradd-<node>``, an RFC 1123 name of at most 63."""
+    name = prefix if node is None else "%s-%s" % (prefix, _NAME_RE.sub("-", node.lower()))
+    return name[:63].rstrip("-")
+
+
+def sample_pod(name, namespace, run_id, image=SAMPLE_IMAGE, resource=om.CONTAINER_RESOURCE, count_=1,
+               node=None, runtime_class_name=None, tolerations=()):
+    """NVIDIA's vectoradd pod, unprivileged. ``restartPolicy: Never`` where the
+    documented pod says OnFailure: a failing sample must end Failed, not restart
+    forever. A node is pinned by node affinity, not nodeName, so the scheduler still
+    decides and says why when it cannot place the pod."""
+    spec = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "tolerations": [dict(t) for t in om.DEFAULT_OPERAND_TOLERATIONS] + [dict(t) for t in tolerations or ()],
+        "containers": [{
+            "name": SAMPLE_CONTAINER,
+            "image": image,
+            "resources": {"limits": {resource: count_}},
+            "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True,
+                                "capabilities": {"drop": ["ALL"]}},
+        }],
+    }
+    if runtime_class_name:
+        spec["runtimeClassName"] = runtime_class_name
+    if node:
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {
+            SAMPLE_LABEL_NAME: "cuda-sample", SAMPLE_LABEL_MANAGED_BY: MANAGED_BY, SAMPLE_LABEL_RUN: run_id}},
+        "spec": spec,
+    }
+
+
+def is_sample_pod(pod):
+    labels = _meta(pod).get("labels") or {}
+    return labels.get(SAMPLE_LABEL_NAME) == "cuda-sample" and labels.get(SAMPLE_LABEL_MANAGED_BY) == MANAGED_BY
+
+
+def sample_nodes(nodes, resource, count_, names=None):
+    """(nodes to run a sample on, skipped): Ready, schedulable nodes with at least
+    ``count_`` of ``resource`` allocatable, limited to ``names`` when given."""
+    chosen, skipped = [], []
+    wanted = set(names) if names else None
+    for node in sorted(nodes, key=_name):
+        name = _name(node)
+        if wanted is not None and name not in wanted:
+            continue
+        have = count((node.get("status") or {}).get("allocatable"), resource)
+        if have < count_:
+            if wanted is not None:
+                skipped.append({"node": name, "reason": "allocatable %s: %d" % (resource, have)})
+            continue
+        ready, why = node_ready(node)
+        if not ready:
+            skipped.append({"node": name, "reason": why})
+        elif (node.get("spec") or {}).get("unschedulable"):
+            skipped.append({"node": name, "reason": "cordoned"})
+        else:
+            chosen.append(name)
+    return chosen, skipped
+
+
+def _terminated(pod):
+    for cs in ((pod.get("status") or {}).get("containerStatuses") or ()):
+        terminated = (cs.get("state") or {}).get("terminated")
+        if terminated:
+            return terminated
+    return None
+
+
+def sample_state(pod):
+    """(finished, reason) of a sample pod: finished when it ended or cannot start."""
+    if pod is None:
+        return True, "the pod was deleted"
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    if phase in ("Succeeded", "Failed"):
+        terminated = _terminated(pod) or {}
+        reason = terminated.get("reason") or status.get("reason")
+        if terminated.get("exitCode") not in (None, 0):
+            reason = "%s, exit code %s" % (reason or "Error", terminated["exitCode"])
+        return True, reason or phase
+    for cs in status.get("containerStatuses") or ():
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in UNRECOVERABLE_WAITING:
+            return True, "%s: %s" % (waiting["reason"], waiting.get("message") or "")
+    return False, node_check.pod_status_reason(pod)
+
+
+def sample_condition(namespace, pod_names):
+    """Every sample pod finished (Succeeded, Failed, or stuck for good)."""
+    keys = ["%s/%s" % (namespace, n) for n in pod_names]
+
+    def condition(cache):
+        pods = cache.get("pods") or {}
+        states = {}
+        for key, name in zip(keys, pod_names):
+            pod = pods.get(key)
+            finished, reason = sample_state(pod)
+            states[name] = {"finished": finished, "reason": reason,
+                            "phase": ((pod or {}).get("status") or {}).get("phase"),
+                            "node": ((pod or {}).get("spec") or {}).get("nodeName")}
+        return all(s["finished"] for s in states.values()), {"pods": states}
+
+    return condition
+
+
+def log_tail(text, lines=10):
+    return [line for line in (text or "").splitlines() if line.strip()][-lines:]
+
+
+def sample_verdict(phase, log, pattern):
+    """(passed, reason): phase Succeeded and ``pattern`` (a regular expression) found in
+    the log."""
+    if phase != "Succeeded":
+        return False, "phase %s" % phase
+    if log is None:
+        return False, "log not readable"
+    if not re.search(pattern, log, re.MULTILINE):
+        return False, "log lacks %r" % pattern
+    return True, None
+
+
+# ---------------------------------------------------------------- HelmChart install
+
+HELMCHART_LABEL = "helmcharts.helm.cattle.io/chart"
+HELM_CONTAINER = "helm"
+
+
+def install_job_name(chart_name):
+    return "helm-install-" + chart_name
+
+
+def _timestamp(value):
+    try:
+        return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ")
+    except (TypeError, ValueError):
+        return None
+
+
+def spec_changed_at(obj):
+    """When ``obj``'s spec last changed, from its managedFields (the newest entry, not of
+    the status subresource, that owns spec fields); None when unknown."""
+    times = []
+    for entry in _meta(obj).get("managedFields") or ():
+        if entry.get("subresource") == "status":
+            continue
+        if "f:spec" in (entry.get("fieldsV1") or {}):
+            stamp = _timestamp(entry.get("time"))
+            if stamp:
+                times.append(stamp)
+    return max(times) if times else None
+
+
+def job_attempt_failure(pod):
+    """(container, previous, reason) of a failed attempt in a Job pod, or None. The
+    install Job restarts its container in place (restartPolicy OnFailure): a failure
+    shows as a terminated container or one waiting in CrashLoopBackOff."""
+    status = pod.get("status") or {}
+    if status.get("phase") == "Failed":
+        terminated = _terminated(pod) or {}
+        return HELM_CONTAINER, False, "pod Failed: %s" % (terminated.get("reason") or status.get("reason") or "Error")
+    for cs in status.get("containerStatuses") or ():
+        state = cs.get("state") or {}
+        terminated = state.get("terminated")
+        if terminated and terminated.get("exitCode") not in (None, 0):
+            return cs.get("name"), False, "%s, exit code %s" % (terminated.get("reason") or "Error", terminated["exitCode"])
+        last = (cs.get("lastState") or {}).get("terminated")
+        if last and last.get("exitCode") not in (None, 0):
+            return cs.get("name"), True, "%s, exit code %s (restarted %s times)" % (
+                last.get("reason") or "Error", last["exitCode"], cs.get("restartCount") or 0)
+        waiting = state.get("waiting") or {}
+        if waiting.get("reason") == "CrashLoopBackOff":
+            return cs.get("name"), True, "CrashLoopBackOff"
+    return None
+
+
+def helmchart_condition(name, namespace):
+    """helm-controller installed the HelmChart: its install Job, created after the
+    chart's last spec change, completed. A Failed condition on the chart or a failed
+    attempt of the Job ends the wait at once (``detail["failed"]``)."""
+
+    def condition(cache):
+        chart = (cache.get("helmcharts") or {}).get("%s/%s" % (namespace, name))
+        detail = {"failed": False, "job": None, "pod": None, "container": None, "previous": False,
+                  "message": None, "job_name": None}
+        if chart is None:
+            detail["message"] = "HelmChart %s/%s not found" % (namespace, name)
+            return False, detail
+        if _meta(chart).get("deletionTimestamp"):
+            detail.update(failed=True, message="HelmChart %s/%s is being deleted (since %s)" % (
+                namespace, name, _meta(chart)["deletionTimestamp"]))
+            return True, detail
+        failed = _condition(chart, "Failed")
+        if failed and failed.get("status") == "True":
+            detail.update(failed=True, message="HelmChart %s/%s Failed: %s%s" % (
+                namespace, name, failed.get("reason") or "", ": " + failed["message"] if failed.get("message") else ""))
+            return True, detail
+        job_name = (chart.get("status") or {}).get("jobName") or install_job_name(name)
+        detail["job_name"] = job_name
+        job = (cache.get("jobs") or {}).get("%s/%s" % (namespace, job_name))
+        if job is None:
+            detail["message"] = "helm-controller has not created Job %s yet" % job_name
+            return False, detail
+        detail["job"] = job_name
+        changed = spec_changed_at(chart)
+        created = _timestamp(_meta(job).get("creationTimestamp"))
+        if changed and created and created < changed:
+            detail["message"] = "Job %s (created %s) predates the HelmChart's last change (%s): %s" % (
+                job_name, _meta(job).get("creationTimestamp"), changed.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "waiting for helm-controller to replace it")
+            return False, detail
+        complete = _condition(job, "Complete")
+        if (complete and complete.get("status") == "True") or ((job.get("status") or {}).get("succeeded") or 0) >= 1:
+            detail["message"] = "Job %s complete" % job_name
+            return True, detail
+        uid = _meta(job).get("uid")
+        job_pods = [p for p in objects(cache, "pods")
+                    if any(ref.get("uid") == uid for ref in _meta(p).get("ownerReferences") or ())]
+        job_pods.sort(key=lambda p: _meta(p).get("creationTimestamp") or "", reverse=True)
+        for pod in job_pods:
+            failure = job_attempt_failure(pod)
+            if failure:
+                container, previous, reason = failure
+                detail.update(failed=True, pod=_name(pod), container=container, previous=previous,
+                              message="Job %s: pod %s: %s" % (job_name, _name(pod), reason))
+                return True, detail
+        job_failed = _condition(job, "Failed") or {}
+        attempts = (job.get("status") or {}).get("failed") or 0
+        if job_failed.get("status") == "True" or attempts >= 1:
+            why = job_failed.get("message") or "%s failed attempts" % attempts
+            detail.update(failed=True, pod=_name(job_pods[0]) if job_pods else None, container=HELM_CONTAINER,
+                          message="Job %s failed: %s" % (job_name, why))
+            return True, detail
+        if job_pods:
+            pod = job_pods[0]
+            state = "Running" if node_check.is_running(pod) else node_check.pod_status_reason(pod)
+            detail["message"] = "Job %s running: pod %s %s" % (job_name, _name(pod), state)
+        else:
+            detail["message"] = "Job %s has no pod yet" % job_name
+        return False, detail
+
+    return condition

@@ -1,0 +1,411 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuplatform.rke2 contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: cuda_sample
+short_description: Run NVIDIA's CUDA vectoradd sample on the cluster's GPUs and check that it passes
+version_added: 0.1.0
+description:
+  - Creates NVIDIA's documented CUDA C(vectoradd) sample pod, asking for O(count) of O(resource); one pod anywhere,
+    or with O(per_node) one pinned to each Ready node that advertises it.
+  - Watches the pods through the Kubernetes API until each has ended, reads each pod's log through the API and
+    requires O(pattern) in it, then deletes the pods unless O(keep_pods).
+  - "A pod that stays C(Pending) is reported with the scheduler's reason (for example
+    C(0/6 nodes are available: 6 Insufficient nvidia.com/gpu)), a pod that cannot start with its waiting reason,
+    and a failing sample with the last lines of its log and the per-layer diagnosis of its node."
+  - The pods run unprivileged (C(runAsNonRoot), no privilege escalation, every capability dropped, the runtime's
+    default seccomp profile) with C(restartPolicy=Never), so a failing sample ends C(Failed) instead of restarting.
+author:
+  - gpuplatform.rke2 contributors
+options:
+  image:
+    description:
+      - The sample's image; point it at the site's mirror in air-gapped sites.
+    type: str
+    default: nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04
+  resource:
+    description:
+      - The GPU resource each pod asks for.
+    type: str
+    default: nvidia.com/gpu
+  count:
+    description:
+      - How many of O(resource) each pod asks for.
+    type: int
+    default: 1
+  namespace:
+    description:
+      - The namespace to run the pods in; it must exist.
+    type: str
+    default: default
+  runtime_class_name:
+    description:
+      - The RuntimeClass of the pods, for example V(nvidia) where the chart's RKE2 settings require it (v25.3).
+    type: str
+  per_node:
+    description:
+      - Run one pod on each Ready, schedulable node that advertises at least O(count) of O(resource), pinned to it
+        with node affinity (the scheduler still places it and says why when it cannot). By default one pod runs
+        wherever the scheduler puts it.
+    type: bool
+    default: false
+  nodes:
+    description:
+      - With O(per_node), only these nodes; each must advertise O(resource).
+    type: list
+    elements: str
+  tolerations:
+    description:
+      - Tolerations added to the pods, for GPU nodes tainted for other reasons. The pods always tolerate
+        C(nvidia.com/gpu:NoSchedule).
+    type: list
+    elements: dict
+  name_prefix:
+    description:
+      - The pods' name, or with O(per_node) the prefix before each node's name.
+    type: str
+    default: cuda-vectoradd
+  pattern:
+    description:
+      - A regular expression each pod's log must match.
+    type: str
+    default: Test PASSED
+  keep_pods:
+    description:
+      - Leave the pods in place after the check, for inspection. A later run replaces them.
+    type: bool
+    default: false
+  log_lines:
+    description:
+      - How many of the log's last lines to return per pod.
+    type: int
+    default: 10
+  timeout:
+    description:
+      - Seconds to wait in all, for the pods to end.
+    type: int
+    default: 300
+extends_documentation_fragment:
+  - gpuplatform.rke2.k8s_connection
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Creates nothing; returns the pods it would create.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+notes:
+  - The sample is a test action that leaves nothing behind, so it reports C(changed=false) when it deleted its pods;
+    it reports C(changed=true) only with O(keep_pods), when pods it created are left in the cluster.
+"""
+
+EXAMPLES = r"""
+- name: Run the CUDA sample once on any GPU
+  gpuplatform.rke2.cuda_sample:
+  delegate_to: localhost
+
+- name: Run it on every GPU node, from the site's mirror
+  gpuplatform.rke2.cuda_sample:
+    per_node: true
+    image: registry.tirosh.lan/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04
+    runtime_class_name: nvidia
+    timeout: 600
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+pods:
+  description: Each sample pod, the node it ran on, its phase, whether it passed and why not, the last lines of its
+    log and the seconds from its creation to its end.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"name": "cuda-vectoradd-gpu-container-1", "node": "gpu-container-1", "phase": "Succeeded",
+            "passed": true, "reason": null, "log_tail": ["Test PASSED", "Done"], "duration": 4.2}]
+skipped_nodes:
+  description: With O(per_node), nodes left out (not Ready, cordoned, or short of O(resource)), with the reason.
+  returned: always
+  type: list
+  elements: dict
+diagnosis:
+  description: On failure, the per-layer diagnosis (driver, container-runtime, device-plugin, allocatable) of the
+    nodes whose sample failed, or of the GPU nodes that should advertise O(resource) when no pod could be placed.
+  returned: failure
+  type: dict
+elapsed:
+  description: Seconds the module took.
+  returned: always
+  type: float
+api_requests:
+  description: List and watch requests the wait for the pods made.
+  returned: always
+  type: dict
+"""
+
+import re
+import uuid
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import k8s_wait
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import node_check
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import readiness
+from ansible_collections.gpuplatform.rke2.plugins.module_utils.k8s_connection import connection_arg_spec
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_TOLERATION_KEYS = ("key", "operator", "value", "effect", "tolerationSeconds")
+
+
+def check_params(params):
+    """The first problem with the options, naming the key; None when they are fine."""
+    if not _DNS_LABEL.match(params["name_prefix"] or "") or len(params["name_prefix"]) > 40:
+        return "name_prefix: %r must be a DNS label (a-z, 0-9, '-') of at most 40 characters" % params["name_prefix"]
+    if readiness.resource_name_problem(params["resource"]):
+        return readiness.resource_name_problem(params["resource"])
+    if params["count"] < 1:
+        return "count must be 1 or more, got %d" % params["count"]
+    if params["timeout"] < 0:
+        return "timeout must be zero or more seconds, got %d" % params["timeout"]
+    if params["log_lines"] < 0:
+        return "log_lines must be 0 or more, got %d" % params["log_lines"]
+    if params["nodes"] and not params["per_node"]:
+        return "nodes needs per_node: true"
+    try:
+        re.compile(params["pattern"])
+    except re.error as exc:
+        return "pattern: %r is not a regular expression: %s" % (params["pattern"], exc)
+    for index, toleration in enumerate(params["tolerations"] or ()):
+        unknown = sorted(set(toleration) - set(_TOLERATION_KEYS))
+        if unknown:
+            return "tolerations[%d]: unknown keys %s (known: %s)" % (index, ", ".join(unknown), ", ".join(_TOLERATION_KEYS))
+    return None
+
+
+def gpu_diagnosis(api, nodes, resource, node_names=None):
+    """Per-layer diagnosis of ``node_names``, or of the GPU nodes that should advertise
+    ``resource``: one list of ClusterPolicies and one of the operand pods."""
+    try:
+        clusterpolicies, _version = api.list(k8s_wait.resource("clusterpolicies", "/".join(om.CLUSTER_POLICY_API[:2]),
+                                                               om.CLUSTER_POLICY_API[2]), k8s_wait.LIST_READ_TIMEOUT)
+    except k8s_wait.ApiError as exc:
+        if exc.status != 404:
+            raise
+        clusterpolicies = []
+    policy = node_check.policy_from_inputs(clusterpolicies, {})
+    if node_names is None:
+        if om.resource_workload_config(resource) is None:
+            return {}
+        node_names = readiness.select_nodes(nodes, resource, policy)[0]
+    if not node_names:
+        return {}
+    pods, _version = api.list(k8s_wait.resource("pods", "v1", "pods", namespace=policy["namespace"]),
+                              k8s_wait.LIST_READ_TIMEOUT)
+    return readiness.diagnose(nodes, pods, policy, sorted(set(node_names)), resource, 1)
+
+
+def list_nodes(api):
+    return api.list(k8s_wait.resource("nodes", "v1", "nodes"), k8s_wait.LIST_READ_TIMEOUT)[0]
+
+
+def plan(api, params, run_id):
+    """(pods to create as [{name, node, manifest}], skipped nodes, the nodes listed or None)."""
+    pod_args = dict(image=params["image"], resource=params["resource"], count_=params["count"],
+                    runtime_class_name=params["runtime_class_name"], tolerations=params["tolerations"] or ())
+    if not params["per_node"]:
+        name = readiness.sample_pod_name(params["name_prefix"])
+        return [{"name": name, "node": None,
+                 "manifest": readiness.sample_pod(name, params["namespace"], run_id, **pod_args)}], [], None
+    nodes = list_nodes(api)
+    chosen, skipped = readiness.sample_nodes(nodes, params["resource"], params["count"], params["nodes"])
+    planned, names = [], set()
+    for node in chosen:
+        name = readiness.sample_pod_name(params["name_prefix"], node)
+        if name in names:
+            raise ValueError("two nodes map to the pod name %s: choose a shorter name_prefix" % name)
+        names.add(name)
+        planned.append({"name": name, "node": node,
+                        "manifest": readiness.sample_pod(name, params["namespace"], run_id, node=node, **pod_args)})
+    return planned, skipped, nodes
+
+
+def clear_leftovers(api, params, names, deadline):
+    """Delete pods of an earlier run (keep_pods) that hold our names; refuse to touch
+    pods the module did not create."""
+    leftovers = []
+    for name in names:
+        pod = api.get_pod(params["namespace"], name)
+        if pod is None:
+            continue
+        if not readiness.is_sample_pod(pod):
+            raise ValueError("pod %s/%s exists and was not created by cuda_sample; choose another name_prefix"
+                             % (params["namespace"], name))
+        leftovers.append(name)
+    if not leftovers:
+        return
+    for name in leftovers:
+        api.delete_pod(params["namespace"], name)
+    keys = ["%s/%s" % (params["namespace"], n) for n in leftovers]
+
+    def gone(cache):
+        present = [k for k in keys if k in cache["pods"]]
+        return not present, present
+
+    pods = k8s_wait.resource("pods", "v1", "pods", namespace=params["namespace"],
+                             label_selector="%s=cuda-sample" % readiness.SAMPLE_LABEL_NAME)
+    result = k8s_wait.Waiter(api, [pods], max(deadline - api.clock.now(), 0)).wait(gone)
+    if not result.done:
+        raise ValueError("pods of an earlier run are still terminating: %s" % ", ".join(result.detail))
+
+
+def wait_for_samples(api, params, planned, run_id, created_at, deadline):
+    """Wait for the created pods to end and read their logs: (pod reports, WaitResult)."""
+    namespace = params["namespace"]
+    names = [p["name"] for p in planned]
+    finished_after = {}
+
+    def progress(detail, elapsed):
+        for name, state in detail["pods"].items():
+            if state["finished"]:
+                finished_after.setdefault(name, elapsed)
+
+    waited_from = api.clock.now()
+    pods = k8s_wait.resource("pods", "v1", "pods", namespace=namespace,
+                             label_selector="%s=%s" % (readiness.SAMPLE_LABEL_RUN, run_id))
+    result = k8s_wait.Waiter(api, [pods], max(deadline - waited_from, 0)).wait(
+        readiness.sample_condition(namespace, names), progress)
+    reports = []
+    for name in names:
+        state = result.detail["pods"][name]
+        report = {"name": name, "node": state["node"], "phase": state["phase"], "passed": False,
+                  "reason": state["reason"], "log_tail": [], "duration": None}
+        if name in finished_after:
+            report["duration"] = round(finished_after[name] + waited_from - created_at, 3)
+        if state["phase"] in ("Succeeded", "Failed"):
+            try:
+                log = api.pod_log(namespace, name, container=readiness.SAMPLE_CONTAINER)
+            except k8s_wait.ApiError as exc:
+                log, report["reason"] = None, "log not readable: %s" % exc
+            report["log_tail"] = readiness.log_tail(log, params["log_lines"]) if params["log_lines"] else []
+            passed, why = readiness.sample_verdict(state["phase"], log, params["pattern"])
+            report["passed"] = passed
+            if passed:
+                report["reason"] = None
+            elif log is not None:
+                report["reason"] = why if state["phase"] == "Succeeded" else "%s, %s" % (state["reason"], why)
+        elif not state["finished"]:
+            report["reason"] = "still %s at the deadline" % state["reason"]
+        reports.append(report)
+    return reports, result
+
+
+def failure_message(reports, timed_out, timeout):
+    bad = [r for r in reports if not r["passed"]]
+    parts = []
+    for r in bad:
+        where = " on %s" % r["node"] if r["node"] else ""
+        tail = ": " + " | ".join(r["log_tail"][-3:]) if r["log_tail"] and r["phase"] in ("Succeeded", "Failed") else ""
+        parts.append("%s%s: %s%s" % (r["name"], where, r["reason"], tail))
+    head = "%d of %d CUDA sample pods failed" % (len(bad), len(reports))
+    if timed_out:
+        head += " (timed out after %ds)" % timeout
+    return head + ": " + "; ".join(parts)
+
+
+def cleanup(api, params, names, warn):
+    """Delete the pods unless keep_pods; True when none of them is left."""
+    if params["keep_pods"]:
+        return not names
+    for name in names:
+        try:
+            api.delete_pod(params["namespace"], name)
+        except k8s_wait.ApiError as exc:
+            warn("could not delete pod %s/%s: %s" % (params["namespace"], name, exc))
+    return True
+
+
+def run(api, params, check_mode, warn):
+    """(failure message or None, result)."""
+    started = api.clock.now()
+    deadline = started + params["timeout"]
+    run_id = uuid.uuid4().hex[:12]
+    planned, skipped, nodes = plan(api, params, run_id)
+    report = dict(changed=False, pods=[], skipped_nodes=skipped, api_requests={"list": 0, "watch": 0, "total": 0})
+    if not planned:
+        diagnosis = gpu_diagnosis(api, nodes, params["resource"], params["nodes"])
+        msg = "no Ready node advertises %d %s allocatable" % (params["count"], params["resource"])
+        if diagnosis:
+            msg += ". " + readiness.diagnosis_text(diagnosis)
+        return msg, dict(report, diagnosis=diagnosis, elapsed=round(api.clock.now() - started, 3))
+    if check_mode:
+        report["pods"] = [{"name": p["name"], "node": p["node"], "phase": None, "passed": None,
+                           "reason": "check mode: not created", "log_tail": [], "duration": None} for p in planned]
+        return None, dict(report, changed=params["keep_pods"], elapsed=round(api.clock.now() - started, 3))
+
+    clear_leftovers(api, params, [p["name"] for p in planned], deadline)
+    created = []
+    created_at = api.clock.now()
+    try:
+        for pod in planned:
+            api.create_pod(params["namespace"], pod["manifest"])
+            created.append(pod["name"])
+        reports, result = wait_for_samples(api, params, planned, run_id, created_at, deadline)
+    finally:
+        left = not cleanup(api, params, created, warn)
+    report.update(changed=left, pods=reports, api_requests=result.api_requests,
+                  elapsed=round(api.clock.now() - started, 3))
+    if all(r["passed"] for r in reports):
+        return None, report
+    # The layers of the nodes whose sample failed; when a pod found no node, those of
+    # the GPU nodes that should advertise the resource.
+    unplaced = any(not r["passed"] and not r["node"] for r in reports)
+    failed_nodes = sorted(set(r["node"] for r in reports if not r["passed"] and r["node"]))
+    try:
+        report["diagnosis"] = gpu_diagnosis(api, nodes or list_nodes(api), params["resource"],
+                                            None if unplaced else failed_nodes)
+    except k8s_wait.ApiError as exc:
+        warn("no per-layer diagnosis: %s" % exc)
+        report["diagnosis"] = {}
+    msg = failure_message(reports, not result.done, params["timeout"])
+    if report["diagnosis"]:
+        msg += ". Nodes: " + readiness.diagnosis_text(report["diagnosis"])
+    return msg, report
+
+
+def main():
+    spec = connection_arg_spec()
+    spec.update(
+        image=dict(type="str", default=readiness.SAMPLE_IMAGE),
+        resource=dict(type="str", default=om.CONTAINER_RESOURCE),
+        count=dict(type="int", default=1),
+        namespace=dict(type="str", default="default"),
+        runtime_class_name=dict(type="str"),
+        per_node=dict(type="bool", default=False),
+        nodes=dict(type="list", elements="str"),
+        tolerations=dict(type="list", elements="dict"),
+        name_prefix=dict(type="str", default="cuda-vectoradd"),
+        pattern=dict(type="str", default="Test PASSED"),
+        keep_pods=dict(type="bool", default=False),
+        log_lines=dict(type="int", default=10),
+        timeout=dict(type="int", default=300),
+    )
+    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
+    params = module.params
+    _api, (msg, result) = k8s_wait.run_checked(module, check_params,
+                                               lambda api: run(api, params, module.check_mode, module.warn),
+                                               "running the CUDA sample in %s" % params["namespace"])
+    if msg:
+        module.fail_json(msg=msg, **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,459 @@
+"""The wait modules end to end on the scripted fake cluster: arguments in, JSON out, with
+the cluster's events, outages and failures scripted in simulated time."""
+import copy
+import json
+
+import pytest
+
+from ansible.module_utils.testing import patch_module_args
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import k8s_wait
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import readiness as rd
+from ansible_collections.gpuplatform.rke2.plugins.modules import (
+    cuda_sample, gpu_allocatable_wait, helmchart_wait, operand_readiness)
+from tests.unit.k8s_fake import FakeCluster
+from tests.unit.wait_builders import (
+    CONTAINER_CHAIN, TRAINING_TAINT, chain_pods, clusterpolicy, deployment, gpu_node, helmchart, job, job_pod, node,
+    operand_pod, operator_pod)
+
+PASSED_LOG = ("[Vector addition of 50000 elements]\nCopy input data from the host memory to the CUDA device\n"
+              "CUDA kernel launch with 196 blocks of 256 threads\nTest PASSED\nDone\n")
+FAILED_LOG = "[Vector addition of 50000 elements]\nFailed to allocate device vector A (error code no CUDA-capable device)!\n"
+
+
+@pytest.fixture
+def run(monkeypatch, capsys):
+    """Run a module's main() against a fake cluster: (rc, result, connect calls)."""
+
+    def runner(module, cluster, check_mode=False, **args):
+        connects = []
+
+        def connect(params):
+            connects.append(params)
+            return cluster
+
+        monkeypatch.setattr(k8s_wait, "connect", connect)
+        with patch_module_args(dict(args, _ansible_check_mode=check_mode)):
+            with pytest.raises(SystemExit) as info:
+                module.main()
+        return info.value.code, json.loads(capsys.readouterr().out), connects
+
+    return runner
+
+
+def healthy_fleet():
+    """The lab's container nodes: two healthy, one tainted against the operands, a CPU node."""
+    nodes = [gpu_node("gpu-container-1"), gpu_node("gpu-container-2"),
+             gpu_node("gpu-tainted-1", gpus=0, taints=[TRAINING_TAINT]), node("cpu-1", gpu=False)]
+    pods = chain_pods("gpu-container-1") + chain_pods("gpu-container-2")
+    return nodes, pods
+
+
+# ---------------------------------------------------------------- gpu_allocatable_wait
+
+def test_allocatable_holds_on_the_first_list(run):
+    nodes, pods = healthy_fleet()
+    rc, result, _connects = run(gpu_allocatable_wait, FakeCluster(nodes=nodes, pods=pods))
+    assert rc == 0 and result["changed"] is False
+    assert result["nodes"] == {"gpu-container-1": {"allocatable": 2, "capacity": 2, "ready": True},
+                               "gpu-container-2": {"allocatable": 2, "capacity": 2, "ready": True}}
+    assert result["ready_nodes"] == ["gpu-container-1", "gpu-container-2"]
+    assert [s["node"] for s in result["skipped_nodes"]] == ["gpu-tainted-1"]
+    assert [w["event"]["msg"] for w in result["warnings"]] == [
+        "GPU node gpu-tainted-1 is not waited for: taint dedicated=training:NoSchedule is not tolerated by the operand "
+        "DaemonSets"]
+    assert result["api_requests"] == {"list": 2, "watch": 0, "total": 2}
+    assert result["elapsed"] == 0
+
+
+def test_allocatable_waits_for_a_node_that_joins_mid_wait(run):
+    cluster = FakeCluster(nodes=[gpu_node("gpu-1"), gpu_node("gpu-2", gpus=0)])
+    cluster.script("nodes", [("advance", 5), ("ADDED", gpu_node("gpu-3", gpus=0)), ("advance", 5),
+                             ("MODIFIED", gpu_node("gpu-2")), ("advance", 5), ("MODIFIED", gpu_node("gpu-3"))])
+    rc, result, _connects = run(gpu_allocatable_wait, cluster, timeout=600)
+    assert rc == 0
+    assert result["elapsed"] == 15
+    assert result["ready_nodes"] == ["gpu-1", "gpu-2", "gpu-3"]
+    assert result["api_requests"] == {"list": 2, "watch": 2, "total": 4}
+
+
+def test_allocatable_rides_through_an_api_server_restart(run):
+    cluster = FakeCluster(nodes=[gpu_node("gpu-1", gpus=0)])
+    cluster.script("nodes", [("advance", 3), ("silent", "MODIFIED", gpu_node("gpu-1")), ("drop", 0)])
+    cluster.fail_list("nodes", None, k8s_wait.ApiError(0, "connection refused"),
+                      k8s_wait.ApiError(503, "the server is currently unable to handle the request"))
+    rc, result, _connects = run(gpu_allocatable_wait, cluster)
+    assert rc == 0 and result["ready_nodes"] == ["gpu-1"]
+    assert result["elapsed"] == 3 + 0.5 + 1 + 2
+
+
+def test_allocatable_timeout_names_each_nodes_broken_layer(run):
+    nodes = [gpu_node("gpu-container-1"), gpu_node("gpu-container-2", gpus=0), gpu_node("gpu-container-3", gpus=0)]
+    pods = (chain_pods("gpu-container-1")
+            + chain_pods("gpu-container-2", container_toolkit={"ready": False, "waiting": "CrashLoopBackOff"})
+            + chain_pods("gpu-container-3", [o for o in CONTAINER_CHAIN if o != "device-plugin"])
+            + [operand_pod("device-plugin", "gpu-container-3", waiting="ImagePullBackOff")])
+    rc, result, _connects = run(gpu_allocatable_wait, FakeCluster(nodes=nodes, pods=pods), timeout=120)
+    assert rc == 1
+    assert result["msg"] == (
+        "timed out after 120s waiting for nvidia.com/gpu: 1 of 3 wanted nodes have 1 nvidia.com/gpu allocatable. "
+        "gpu-container-2: container-runtime (container-toolkit): CrashLoopBackOff; "
+        "gpu-container-3: device-plugin (device-plugin): ImagePullBackOff")
+    assert result["diagnosis"]["gpu-container-2"]["layer"] == om.LAYER_RUNTIME
+    assert [f["layer"] for f in result["diagnosis"]["gpu-container-3"]["layer_failures"]] == [
+        om.LAYER_DEVICE_PLUGIN, om.LAYER_ALLOCATABLE]
+    assert result["elapsed"] == 120 and result["api_requests"]["total"] == 4
+
+
+def test_allocatable_timeout_with_no_gpu_node_says_so(run):
+    rc, result, _connects = run(gpu_allocatable_wait, FakeCluster(nodes=[node("cpu-1", gpu=False)]), timeout=30)
+    assert rc == 1 and result["msg"] == "timed out after 30s waiting for nvidia.com/gpu: no node selected for nvidia.com/gpu"
+    rc, result, _connects = run(gpu_allocatable_wait, FakeCluster(nodes=[node("cpu-1", gpu=False)]), allow_no_nodes=True)
+    assert rc == 0 and result["nodes"] == {}
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"resource": "gpu"}, "resource: 'gpu' is not an extended resource name"),
+    ({"resource": "example.com/fpga"}, "resource: example.com/fpga is not a GPU Operator resource"),
+    ({"min_per_node": 0}, "min_per_node must be 1 or more, got 0"),
+    ({"min_nodes": -1}, "min_nodes must be 0 or more, got -1"),
+    ({"timeout": -5}, "timeout must be zero or more seconds, got -5"),
+    ({"names": ["gpu-1", ""]}, "names: node names must not be empty"),
+])
+def test_allocatable_rejects_bad_input_before_connecting(run, args, message):
+    rc, result, connects = run(gpu_allocatable_wait, FakeCluster(), **args)
+    assert rc == 1 and result["msg"].startswith(message) and connects == []
+
+
+def test_allocatable_watches_what_the_options_select():
+    def params(**kwargs):
+        base = dict(resource=om.CONTAINER_RESOURCE, label_selector=None, names=None)
+        base.update(kwargs)
+        return base
+
+    default = gpu_allocatable_wait.resources(params())
+    assert [(r.key, r.optional) for r in default] == [("nodes", False), ("clusterpolicies", True)]
+    assert (default[1].api_version, default[1].plural) == ("nvidia.com/v1", "clusterpolicies")
+    one = gpu_allocatable_wait.resources(params(names=["gpu-1"]))
+    assert [r.key for r in one] == ["nodes"] and one[0].field_selector == "metadata.name=gpu-1"
+    selected = gpu_allocatable_wait.resources(params(label_selector="site=tirosh", names=["a", "b"]))
+    assert selected[0].label_selector == "site=tirosh" and selected[0].field_selector is None
+    rc_params = params(resource="example.com/fpga", label_selector="fpga=true", min_per_node=1, min_nodes=None,
+                       timeout=1)
+    assert gpu_allocatable_wait.check_params(rc_params) is None
+
+
+# ---------------------------------------------------------------- operand_readiness
+
+def test_operand_readiness_succeeds_at_once_on_a_ready_cluster(run):
+    nodes, pods = healthy_fleet()
+    cluster = FakeCluster(nodes=nodes, pods=pods + [operator_pod()], deployments=[deployment()],
+                          clusterpolicies=[clusterpolicy()])
+    rc, result, _connects = run(operand_readiness, cluster, require_reconciled=True)
+    assert rc == 0 and result["step"] is None
+    assert [(s["step"], s["done"], s["duration"]) for s in result["steps"]] == [
+        ("operator", True, 0), ("cluster-policy", True, 0), ("operands", True, 0)]
+    assert sorted(result["nodes"]) == ["gpu-container-1", "gpu-container-2"]
+    assert result["nodes"]["gpu-container-1"]["chain"] == CONTAINER_CHAIN
+    assert result["api_requests"] == {"list": 4, "watch": 0, "total": 4}
+
+
+def test_operand_readiness_times_each_step_in_order(run):
+    nodes = [gpu_node("gpu-1")]
+    stuck = chain_pods("gpu-1", container_toolkit={"ready": False, "waiting": "CrashLoopBackOff"})
+    cluster = FakeCluster(nodes=nodes, pods=stuck, deployments=[deployment(available=False)])
+    cluster.script("deployments", [("advance", 5), ("MODIFIED", deployment()), ("open", "operator-up")])
+    cluster.script("clusterpolicies", [("wait", "operator-up"), ("advance", 3), ("ADDED", clusterpolicy()),
+                                       ("open", "policy-up")])
+    cluster.script("pods", [("wait", "policy-up"), ("advance", 10),
+                            ("MODIFIED", operand_pod("container-toolkit", "gpu-1"))])
+    rc, result, _connects = run(operand_readiness, cluster, timeout=900)
+    assert rc == 0
+    assert [(s["step"], s["done_after"], s["duration"]) for s in result["steps"]] == [
+        ("operator", 5, 5), ("cluster-policy", 8, 3), ("operands", 18, 10)]
+    assert result["nodes"]["gpu-1"]["ready_after"] == 18
+    assert result["elapsed"] == 18
+    assert result["api_requests"] == {"list": 4, "watch": 4, "total": 8}
+
+
+def test_operand_readiness_timeout_names_the_step_and_the_stuck_nodes(run):
+    nodes, pods = healthy_fleet()
+    pods = [p for p in pods if p["spec"].get("nodeName") != "gpu-container-2"]
+    pods += chain_pods("gpu-container-2", container_toolkit={"ready": False, "waiting": "CrashLoopBackOff"})
+    cluster = FakeCluster(nodes=nodes, pods=pods, deployments=[deployment()], clusterpolicies=[clusterpolicy()])
+    rc, result, _connects = run(operand_readiness, cluster, timeout=300)
+    assert rc == 1 and result["step"] == "operands"
+    assert result["msg"] == ("timed out after 300s at step operands: 1 of 2 nodes run their operand chain; stuck: "
+                             "gpu-container-2 at container-toolkit (container-runtime): CrashLoopBackOff")
+    assert result["diagnosis"]["gpu-container-2"]["layer"] == om.LAYER_RUNTIME
+    assert result["steps"][2]["done"] is False and result["steps"][2]["duration"] is None
+
+
+def test_operand_readiness_timeout_at_the_operator_shows_its_pods(run):
+    cluster = FakeCluster(nodes=[gpu_node("gpu-1")], pods=[operator_pod("ImagePullBackOff")],
+                          deployments=[deployment(available=False)])
+    rc, result, _connects = run(operand_readiness, cluster, timeout=60)
+    assert rc == 1 and result["step"] == "operator"
+    assert result["msg"] == (
+        'timed out after 60s at step operator: Deployment gpu-operator/gpu-operator: 0/1 replicas available: '
+        'ReplicaSet "gpu-operator-6c9b8d7f5" is progressing.; pods: gpu-operator-6c9b8d7f5-abcde: ImagePullBackOff')
+    assert "diagnosis" not in result
+
+
+def test_operand_readiness_watches_the_operators_objects():
+    params = dict(namespace="gpu-ops", names=["gpu-1"], label_selector=None)
+    res = dict((r.key, r) for r in operand_readiness.resources(params))
+    assert res["deployments"].field_selector == "metadata.name=gpu-operator"
+    assert (res["deployments"].api_version, res["deployments"].namespace) == ("apps/v1", "gpu-ops")
+    assert res["pods"].namespace == "gpu-ops" and res["clusterpolicies"].optional
+    assert res["nodes"].field_selector == "metadata.name=gpu-1"
+
+
+# ---------------------------------------------------------------- cuda_sample
+
+def finish(cluster, outcomes):
+    """When a sample pod is created, script it: scheduled, running, then ended per
+    ``outcomes``: node -> (phase, exit code, log) or "pending: <scheduler message>"."""
+
+    def on_create(pod):
+        name = pod["metadata"]["name"]
+        terms = (((pod["spec"].get("affinity") or {}).get("nodeAffinity") or {})
+                 .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
+        node_name = terms[0]["matchFields"][0]["values"][0] if terms else "gpu-container-1"
+        outcome = outcomes[node_name]
+        if isinstance(outcome, str):
+            pending = copy.deepcopy(pod)
+            pending["status"] = {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": outcome}]}
+            cluster.append_steps("pods", [("advance", 1), ("MODIFIED", pending)])
+            return
+        phase, code, log = outcome
+        running = copy.deepcopy(pod)
+        running["spec"]["nodeName"] = node_name
+        running["status"] = {"phase": "Running", "containerStatuses": [
+            {"name": "cuda-vectoradd", "ready": True, "state": {"running": {}}}]}
+        ended = copy.deepcopy(running)
+        ended["status"] = {"phase": phase, "containerStatuses": [
+            {"name": "cuda-vectoradd", "ready": False,
+             "state": {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}}}]}
+        cluster.logs[name] = log
+        cluster.append_steps("pods", [("advance", 2), ("MODIFIED", running), ("advance", 2), ("MODIFIED", ended)])
+
+    cluster.on_create = on_create
+
+
+def sample_cluster(**world):
+    nodes, pods = healthy_fleet()
+    world.setdefault("nodes", nodes)
+    world.setdefault("pods", pods)
+    return FakeCluster(**world)
+
+
+def test_cuda_sample_runs_once_reads_the_log_and_cleans_up(run):
+    cluster = sample_cluster()
+    finish(cluster, {"gpu-container-1": ("Succeeded", 0, PASSED_LOG)})
+    rc, result, _connects = run(cuda_sample, cluster)
+    assert rc == 0 and result["changed"] is False
+    assert result["pods"] == [{"name": "cuda-vectoradd", "node": "gpu-container-1", "phase": "Succeeded",
+                               "passed": True, "reason": None, "duration": 4,
+                               "log_tail": ["[Vector addition of 50000 elements]",
+                                            "Copy input data from the host memory to the CUDA device",
+                                            "CUDA kernel launch with 196 blocks of 256 threads", "Test PASSED", "Done"]}]
+    created = cluster.created[0]
+    assert created["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": 1}}
+    assert created["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert cluster.deleted == ["cuda-vectoradd"]
+    assert ("log", "pods", "cuda-vectoradd", "cuda-vectoradd", False) in cluster.calls
+    assert result["api_requests"] == {"list": 1, "watch": 1, "total": 2}
+
+
+def test_cuda_sample_per_node_fails_clearly_on_the_node_whose_sample_fails(run):
+    cluster = sample_cluster()
+    finish(cluster, {"gpu-container-1": ("Succeeded", 0, PASSED_LOG),
+                     "gpu-container-2": ("Failed", 1, FAILED_LOG)})
+    rc, result, _connects = run(cuda_sample, cluster, per_node=True, image="mirror.lan/nvidia/cuda-sample:vectoradd",
+                                runtime_class_name="nvidia")
+    assert rc == 1
+    assert [(p["name"], p["node"], p["passed"]) for p in result["pods"]] == [
+        ("cuda-vectoradd-gpu-container-1", "gpu-container-1", True),
+        ("cuda-vectoradd-gpu-container-2", "gpu-container-2", False)]
+    assert result["msg"] == (
+        "1 of 2 CUDA sample pods failed: cuda-vectoradd-gpu-container-2 on gpu-container-2: Error, exit code 1, "
+        "phase Failed: [Vector addition of 50000 elements] | Failed to allocate device vector A (error code no "
+        "CUDA-capable device)!. Nodes: gpu-container-2: no broken layer found (operands Running and Ready, "
+        "nvidia.com/gpu advertised)")
+    assert sorted(result["diagnosis"]) == ["gpu-container-2"]
+    assert [p["spec"]["runtimeClassName"] for p in cluster.created] == ["nvidia", "nvidia"]
+    assert cluster.created[1]["spec"]["containers"][0]["image"] == "mirror.lan/nvidia/cuda-sample:vectoradd"
+    assert sorted(cluster.deleted) == ["cuda-vectoradd-gpu-container-1", "cuda-vectoradd-gpu-container-2"]
+    # gpu-tainted-1 advertises nothing and gets no pod.
+    assert len(cluster.created) == 2
+
+
+def test_cuda_sample_failure_diagnosis_names_the_broken_layer(run):
+    nodes, pods = healthy_fleet()
+    pods = [p for p in pods if p["spec"].get("nodeName") != "gpu-container-2"]
+    pods += chain_pods("gpu-container-2", container_toolkit={"ready": False, "waiting": "CrashLoopBackOff"})
+    cluster = sample_cluster(pods=pods)
+    finish(cluster, {"gpu-container-1": ("Succeeded", 0, PASSED_LOG),
+                     "gpu-container-2": ("Failed", 1, FAILED_LOG)})
+    rc, result, _connects = run(cuda_sample, cluster, per_node=True)
+    assert rc == 1
+    assert result["msg"].endswith("Nodes: gpu-container-2: container-runtime (container-toolkit): CrashLoopBackOff")
+
+
+def test_cuda_sample_reports_a_pending_pod_with_the_schedulers_reason(run):
+    message = "0/4 nodes are available: 2 Insufficient nvidia.com/gpu, 2 node(s) didn't match Pod's node affinity."
+    nodes, pods = healthy_fleet()
+    cluster = sample_cluster(nodes=[gpu_node("gpu-container-1", gpus=0), gpu_node("gpu-container-2", gpus=0)] + nodes[2:],
+                             pods=pods)
+    finish(cluster, {"gpu-container-1": message})
+    rc, result, _connects = run(cuda_sample, cluster, timeout=60)
+    assert rc == 1
+    assert result["pods"][0]["reason"] == "still Pending: %s at the deadline" % message
+    assert result["msg"].startswith("1 of 1 CUDA sample pods failed (timed out after 60s): cuda-vectoradd: still Pending: "
+                                    "0/4 nodes are available: 2 Insufficient nvidia.com/gpu")
+    # No node placed it: the diagnosis covers the GPU nodes that should advertise the resource.
+    assert sorted(result["diagnosis"]) == ["gpu-container-1", "gpu-container-2"]
+    assert result["diagnosis"]["gpu-container-1"]["layer"] == om.LAYER_ALLOCATABLE
+    assert cluster.deleted == ["cuda-vectoradd"]
+
+
+def test_cuda_sample_without_a_node_that_advertises_the_resource_fails_at_once(run):
+    nodes = [gpu_node("gpu-container-1", gpus=0)]
+    pods = chain_pods("gpu-container-1", container_toolkit={"ready": False, "waiting": "CrashLoopBackOff"})
+    cluster = FakeCluster(nodes=nodes, pods=pods)
+    rc, result, _connects = run(cuda_sample, cluster, per_node=True)
+    assert rc == 1 and cluster.created == []
+    assert result["msg"] == ("no Ready node advertises 1 nvidia.com/gpu allocatable. "
+                             "gpu-container-1: container-runtime (container-toolkit): CrashLoopBackOff")
+
+
+def test_cuda_sample_check_mode_creates_nothing(run):
+    cluster = sample_cluster()
+    rc, result, _connects = run(cuda_sample, cluster, check_mode=True, per_node=True)
+    assert rc == 0 and result["changed"] is False
+    assert [(p["name"], p["node"]) for p in result["pods"]] == [
+        ("cuda-vectoradd-gpu-container-1", "gpu-container-1"), ("cuda-vectoradd-gpu-container-2", "gpu-container-2")]
+    assert cluster.created == [] and cluster.deleted == []
+    rc, result, _connects = run(cuda_sample, cluster, check_mode=True, keep_pods=True)
+    assert rc == 0 and result["changed"] is True and cluster.created == []
+
+
+def test_cuda_sample_keep_pods_leaves_them_and_the_next_run_replaces_them(run):
+    cluster = sample_cluster()
+    finish(cluster, {"gpu-container-1": ("Succeeded", 0, PASSED_LOG)})
+    rc, result, _connects = run(cuda_sample, cluster, keep_pods=True)
+    assert rc == 0 and result["changed"] is True and cluster.deleted == []
+    rc, result, _connects = run(cuda_sample, cluster)
+    assert rc == 0 and result["changed"] is False
+    assert cluster.deleted == ["cuda-vectoradd", "cuda-vectoradd"]
+    assert len(cluster.created) == 2
+
+
+def test_cuda_sample_does_not_touch_a_pod_it_did_not_create(run):
+    foreign = {"metadata": {"name": "cuda-vectoradd", "namespace": "default", "labels": {"app": "mine"}},
+               "spec": {}, "status": {"phase": "Running"}}
+    cluster = sample_cluster(pods=[foreign])
+    rc, result, _connects = run(cuda_sample, cluster)
+    assert rc == 1 and result["msg"] == ("pod default/cuda-vectoradd exists and was not created by cuda_sample; "
+                                         "choose another name_prefix")
+    assert cluster.created == [] and cluster.deleted == []
+
+
+def test_cuda_sample_with_an_unreadable_log_fails(run):
+    cluster = sample_cluster()
+    finish(cluster, {"gpu-container-1": ("Succeeded", 0, PASSED_LOG)})
+    cluster.on_create, on_create = None, cluster.on_create
+
+    def without_log(pod):
+        on_create(pod)
+        cluster.logs[pod["metadata"]["name"]] = k8s_wait.ApiError(403, "pods/log is forbidden")
+
+    cluster.on_create = without_log
+    rc, result, _connects = run(cuda_sample, cluster)
+    assert rc == 1 and result["pods"][0]["reason"] == "log not readable: HTTP 403: pods/log is forbidden"
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"nodes": ["gpu-1"]}, "nodes needs per_node: true"),
+    ({"pattern": "Test (PASSED"}, "pattern: 'Test (PASSED' is not a regular expression"),
+    ({"name_prefix": "CUDA_sample"}, "name_prefix: 'CUDA_sample' must be a DNS label"),
+    ({"count": 0}, "count must be 1 or more, got 0"),
+    ({"resource": "gpu"}, "resource: 'gpu' is not an extended resource name"),
+    ({"tolerations": [{"key": "a", "operater": "Exists"}]}, "tolerations[0]: unknown keys operater"),
+])
+def test_cuda_sample_rejects_bad_input_before_connecting(run, args, message):
+    rc, result, connects = run(cuda_sample, FakeCluster(), **args)
+    assert rc == 1 and result["msg"].startswith(message) and connects == []
+
+
+# ---------------------------------------------------------------- helmchart_wait
+
+def test_helmchart_wait_returns_when_the_install_job_completes(run):
+    cluster = FakeCluster(helmcharts=[helmchart(job_name="helm-install-gpu-operator")], jobs=[job()], pods=[job_pod()])
+    cluster.script("jobs", [("advance", 20), ("MODIFIED", job(complete=True))])
+    rc, result, _connects = run(helmchart_wait, cluster, name="gpu-operator")
+    assert rc == 0
+    assert (result["job"], result["message"], result["elapsed"]) == (
+        "helm-install-gpu-operator", "Job helm-install-gpu-operator complete", 20)
+    assert result["api_requests"] == {"list": 3, "watch": 3, "total": 6}
+
+
+def test_helmchart_wait_reports_a_failed_attempt_at_once_with_its_log(run):
+    crashing = job_pod(state={"waiting": {"reason": "CrashLoopBackOff"}}, restarts=1,
+                       last_state={"terminated": {"exitCode": 1, "reason": "Error"}})
+    cluster = FakeCluster(helmcharts=[helmchart(job_name="helm-install-gpu-operator")], jobs=[job()], pods=[crashing])
+    cluster.logs[crashing["metadata"]["name"]] = "helm install\nError: INSTALLATION FAILED: chart not found\n"
+    rc, result, _connects = run(helmchart_wait, cluster, name="gpu-operator")
+    assert rc == 1 and result["elapsed"] == 0
+    assert result["msg"] == ("installing HelmChart kube-system/gpu-operator failed: Job helm-install-gpu-operator: pod "
+                             "helm-install-gpu-operator-x7k2p: Error, exit code 1 (restarted 1 times). "
+                             "Log: helm install | Error: INSTALLATION FAILED: chart not found")
+    assert result["log_tail"] == ["helm install", "Error: INSTALLATION FAILED: chart not found"]
+    assert ("log", "pods", "helm-install-gpu-operator-x7k2p", "helm", True) in cluster.calls
+
+
+def test_helmchart_wait_waits_for_the_job_of_the_new_values(run):
+    chart = helmchart(job_name="helm-install-gpu-operator", spec_time="2026-11-30T11:00:00Z")
+    old = job(uid="old", created="2026-11-30T10:00:00Z", complete=True)
+    new = job(uid="new", created="2026-11-30T11:00:03Z")
+    cluster = FakeCluster(helmcharts=[chart], jobs=[old])
+    cluster.script("jobs", [("advance", 2), ("DELETED", old), ("advance", 1), ("ADDED", new), ("advance", 30),
+                            ("MODIFIED", dict(new, status={"succeeded": 1}))])
+    rc, result, _connects = run(helmchart_wait, cluster, name="gpu-operator")
+    assert rc == 0 and result["elapsed"] == 33
+
+
+def test_helmchart_wait_timeout_says_what_it_saw_last(run):
+    pending = job_pod(phase="Pending")
+    pending["status"] = {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/3 nodes are available: 3 node(s) had untolerated taint {node.kubernetes.io/not-ready: }."}]}
+    cluster = FakeCluster(helmcharts=[helmchart(job_name="helm-install-gpu-operator")], jobs=[job()], pods=[pending])
+    rc, result, _connects = run(helmchart_wait, cluster, name="gpu-operator", timeout=30)
+    assert rc == 1
+    assert result["msg"] == (
+        "timed out after 30s waiting for HelmChart kube-system/gpu-operator: Job helm-install-gpu-operator running: "
+        "pod helm-install-gpu-operator-x7k2p Pending: 0/3 nodes are available: 3 node(s) had untolerated taint "
+        "{node.kubernetes.io/not-ready: }.")
+
+
+def test_helmchart_wait_watches_the_chart_its_jobs_and_their_pods():
+    res = dict((r.key, r) for r in helmchart_wait.resources({"name": "gpu-operator", "namespace": "kube-system"}))
+    assert (res["helmcharts"].api_version, res["helmcharts"].field_selector) == (
+        "helm.cattle.io/v1", "metadata.name=gpu-operator")
+    assert res["jobs"].label_selector == res["pods"].label_selector == "helmcharts.helm.cattle.io/chart=gpu-operator"
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"name": "GPU_Operator"}, "name: 'GPU_Operator' is not an RFC 1123 name"),
+    ({"name": "gpu-operator", "timeout": -1}, "timeout must be zero or more seconds, got -1"),
+])
+def test_helmchart_wait_rejects_bad_input_before_connecting(run, args, message):
+    rc, result, connects = run(helmchart_wait, FakeCluster(), **args)
+    assert rc == 1 and result["msg"] == message and connects == []
+
+
+def test_the_sample_default_image_is_the_documented_one():
+    assert rd.SAMPLE_IMAGE == "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04"
