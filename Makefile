@@ -25,6 +25,11 @@ export ANSIBLE_REMOTE_TEMP := $(ROOT)/.build/ansible-tmp
 export PYTHONDONTWRITEBYTECODE := 1
 export PYTHONPATH := $(COLL_ROOT)
 
+# Every site step runs ansible-playbook on inventories/$(SITE)/hosts.yml; SITE=lab talks to the
+# lab's API server unless K8S_AUTH_KUBECONFIG says otherwise.
+SITE_ENV = $(if $(filter lab,$(SITE)),K8S_AUTH_KUBECONFIG=$${K8S_AUTH_KUBECONFIG:-$(KUBECONFIG_LAB)})
+PLAYBOOK = cd $(ROOT) && $(SITE_ENV) PATH=$(BIN):$$PATH $(BIN)/ansible-playbook -i inventories/$(SITE)/hosts.yml
+
 say = @printf '\n\033[1m==> %s\033[0m\n' "$(1)"
 
 .PHONY: help

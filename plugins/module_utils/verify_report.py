@@ -1,0 +1,263 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuplatform.rke2 contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The verification report of ADR step 6: per node and per layer, from the results
+of the collection's own modules (operand_readiness, gpu_allocatable_wait,
+cuda_sample, gpu_node_check) and the preflight's host facts. Pure functions: the
+gpu_verify_report module writes what these return."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+import json
+
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
+
+# Bottom up, as the ADR's diagnosis reads: below Kubernetes first.
+REPORT_LAYERS = ("hardware", "host-driver", om.LAYER_DRIVER, om.LAYER_RUNTIME, om.LAYER_DEVICE_PLUGIN,
+                 om.LAYER_ALLOCATABLE, "cuda-sample")
+OK, FAILED, NOT_APPLICABLE, NOT_CHECKED = "ok", "failed", "n/a", "not checked"
+# Keys whose values change from run to run without the cluster changing.
+VOLATILE_KEYS = ("generated_at", "elapsed", "duration", "durations", "api_requests", "pod", "log_tail", "steps_seconds")
+
+
+def _layer(state, detail=""):
+    return {"state": state, "detail": detail}
+
+
+def _host_layers(facts):
+    """hardware and host-driver layers from the preflight's host facts, when given."""
+    if not facts:
+        return _layer(NOT_CHECKED, "no host facts (preflight not run)"), _layer(NOT_CHECKED, "no host facts")
+    hardware = facts.get("hardware") or {}
+    count = hardware.get("count", len(hardware.get("devices") or []))
+    hw = _layer(OK, "%s x %s" % (count, hardware.get("model") or hardware.get("name") or "NVIDIA GPU")) if count \
+        else _layer(FAILED, "no NVIDIA PCI device found")
+    driver = facts.get("host_driver") or facts.get("driver") or {}
+    if driver.get("loaded") or driver.get("version"):
+        host_driver = _layer(OK, "host driver %s" % (driver.get("version") or "loaded"))
+    else:
+        host_driver = _layer(NOT_APPLICABLE, "no host driver (operator-managed driver)")
+    return hw, host_driver
+
+
+def _cuda_by_node(cuda):
+    result = {}
+    for pod in (cuda or {}).get("pods") or []:
+        if pod.get("node"):
+            result[pod["node"]] = pod
+    return result
+
+
+def _allocatable_by_node(allocatable_results):
+    result = {}
+    for entry in allocatable_results or ():
+        for name, node in ((entry or {}).get("nodes") or {}).items():
+            result.setdefault(name, []).append(node)
+    return result
+
+
+def build_report(site, node_check, readiness=None, allocatable_results=None, cuda=None, host_facts=None,
+                 generated_at=None):
+    """The report as a dict: ``passed``, ``summary``, ``nodes`` (per node: workload
+    config, resources, operands, layers, findings, status) and ``steps``."""
+    node_check = node_check or {}
+    findings = node_check.get("findings") or []
+    cuda_nodes = _cuda_by_node(cuda)
+    alloc_nodes = _allocatable_by_node(allocatable_results)
+    diagnosis = {}
+    for source in (readiness or {}, ) + tuple(allocatable_results or ()) + ((cuda or {}),):
+        for entry in source.get("diagnosis") or []:
+            if isinstance(entry, dict) and entry.get("node"):
+                diagnosis.setdefault(entry["node"], []).append(entry)
+    nodes = {}
+    for name, report in sorted((node_check.get("nodes") or {}).items()):
+        if not report.get("gpu_node"):
+            continue
+        node_findings = [f for f in findings if f.get("node") == name]
+        errors = [f for f in node_findings if f.get("severity") == "error"]
+        hw, host_driver = _host_layers((host_facts or {}).get(name))
+        layers = {"hardware": hw, "host-driver": host_driver}
+        failures = dict((f["layer"], f) for f in reversed(report.get("layer_failures") or []))
+        expected = report.get("expected_operands") or []
+        for layer in (om.LAYER_DRIVER, om.LAYER_RUNTIME, om.LAYER_DEVICE_PLUGIN):
+            members = [op for op in expected if om.operand(op).layer == layer]
+            if layer in failures:
+                failure = failures[layer]
+                layers[layer] = _layer(FAILED, "%s: %s" % (failure.get("operand"), failure.get("reason")))
+            elif members:
+                layers[layer] = _layer(OK, ", ".join(members) + " running")
+            else:
+                layers[layer] = _layer(NOT_APPLICABLE, "provided by the host or not part of %s"
+                                       % report.get("workload_config"))
+        advertised = report.get("advertised") or {}
+        if om.LAYER_ALLOCATABLE in failures:
+            failure = failures[om.LAYER_ALLOCATABLE]
+            layers[om.LAYER_ALLOCATABLE] = _layer(FAILED, failure.get("reason", ""))
+        elif any(not n.get("ready", True) for n in alloc_nodes.get(name, [])):
+            layers[om.LAYER_ALLOCATABLE] = _layer(FAILED, "; ".join(
+                n.get("reason") or "below the required count" for n in alloc_nodes[name] if not n.get("ready", True)))
+        elif advertised:
+            layers[om.LAYER_ALLOCATABLE] = _layer(OK, ", ".join("%s=%s" % kv for kv in sorted(advertised.items())))
+        elif expected:
+            layers[om.LAYER_ALLOCATABLE] = _layer(FAILED, "nothing advertised")
+        else:
+            layers[om.LAYER_ALLOCATABLE] = _layer(NOT_APPLICABLE, "no operands expected")
+        pod = cuda_nodes.get(name)
+        if pod is None:
+            layers["cuda-sample"] = _layer(NOT_CHECKED, "no sample pod ran here")
+        elif pod.get("passed", pod.get("phase") == "Succeeded"):
+            layers["cuda-sample"] = _layer(OK, "phase %s" % pod.get("phase"))
+        else:
+            layers["cuda-sample"] = _layer(FAILED, "phase %s: %s" % (pod.get("phase"), pod.get("reason") or (
+                (pod.get("log_tail") or "").strip().splitlines() or [""])[-1]))
+        failed_layers = [layer for layer in REPORT_LAYERS if layers[layer]["state"] == FAILED]
+        status = "failing" if (failed_layers or errors) else ("warning" if node_findings else "ok")
+        nodes[name] = {
+            "workload_config": report.get("workload_config"),
+            "expected_operands": expected,
+            "running_operands": report.get("running_operands") or [],
+            "advertised": advertised,
+            "capacity": report.get("capacity") or {},
+            "layers": layers,
+            "first_failed_layer": failed_layers[0] if failed_layers else None,
+            "findings": node_findings,
+            "diagnosis": diagnosis.get(name, []),
+            "host_facts": (host_facts or {}).get(name),
+            "status": status,
+        }
+    failing = sorted(n for n, r in nodes.items() if r["status"] == "failing")
+    steps = {
+        "operand_readiness": _step(readiness),
+        "allocatable": [_step(r) for r in allocatable_results or ()],
+        "cuda_sample": _step(cuda),
+        "node_check": {"passed": not any(f.get("severity") == "error" for f in findings),
+                       "message": _check_summary(node_check.get("summary"))},
+    }
+    step_failures = [k for k, v in steps.items() if isinstance(v, dict) and v.get("passed") is False]
+    step_failures += ["allocatable"] if any(s.get("passed") is False for s in steps["allocatable"]) else []
+    passed = not failing and not step_failures and bool(nodes)
+    if passed:
+        summary = "%d GPU nodes verified: %s" % (len(nodes), ", ".join(
+            "%d %s" % (sum(1 for r in nodes.values() if r["status"] == s), s) for s in ("ok", "warning")
+            if any(r["status"] == s for r in nodes.values())))
+    elif not nodes:
+        summary = "no GPU node found"
+    else:
+        summary = "%d of %d GPU nodes failing: %s" % (len(failing), len(nodes), "; ".join(
+            "%s (%s)" % (n, nodes[n]["first_failed_layer"] or "findings") for n in failing) or "-")
+        if step_failures:
+            summary += "; failed steps: %s" % ", ".join(sorted(set(step_failures)))
+    return {"site": site, "generated_at": generated_at, "passed": passed, "summary": summary,
+            "layers": list(REPORT_LAYERS), "nodes": nodes, "steps": steps}
+
+
+def _check_summary(summary):
+    if not isinstance(summary, dict):
+        return str(summary or "")
+    codes = ", ".join("%s=%s" % kv for kv in sorted((summary.get("by_code") or {}).items()))
+    return "%s GPU nodes, %s ok; %s errors, %s warnings%s" % (
+        summary.get("gpu_nodes"), summary.get("ok_nodes"), summary.get("errors"), summary.get("warnings"),
+        " (%s)" % codes if codes else "")
+
+
+def _step(result):
+    if result is None:
+        return {"passed": None, "message": "not run"}
+    return {"passed": not result.get("failed", False), "message": result.get("msg") or "",
+            "elapsed": result.get("elapsed"), "steps_seconds": result.get("steps")}
+
+
+def stable(report):
+    """The report without what changes from run to run on an unchanged cluster: the
+    part that decides whether writing it is a change."""
+    def strip(value):
+        if isinstance(value, dict):
+            return dict((k, strip(v)) for k, v in value.items() if k not in VOLATILE_KEYS)
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+    return strip(copy.deepcopy(report))
+
+
+def to_json(report):
+    return json.dumps(report, indent=2, sort_keys=True) + "\n"
+
+
+_MARK = {OK: "ok", FAILED: "FAILED", NOT_APPLICABLE: "n/a", NOT_CHECKED: "-"}
+
+
+def to_markdown(report):
+    lines = ["# GPU verification report: %s" % report["site"], "",
+             "**%s** - %s" % ("PASSED" if report["passed"] else "FAILED", report["summary"]), "",
+             "Generated %s." % (report.get("generated_at") or "now"), "",
+             "| node | workload config | advertised | " + " | ".join(report["layers"]) + " | status |",
+             "|---|---|---|" + "---|" * len(report["layers"]) + "---|"]
+    for name, node in sorted(report["nodes"].items()):
+        advertised = ", ".join("%s=%s" % kv for kv in sorted(node["advertised"].items())) or "-"
+        cells = [_MARK[node["layers"][layer]["state"]] for layer in report["layers"]]
+        lines.append("| %s | %s | %s | %s | %s |" % (name, node["workload_config"], advertised, " | ".join(cells),
+                                                    node["status"]))
+    lines += ["", "## Per-layer diagnosis", ""]
+    any_detail = False
+    for name, node in sorted(report["nodes"].items()):
+        for layer in report["layers"]:
+            entry = node["layers"][layer]
+            if entry["state"] == FAILED:
+                any_detail = True
+                lines.append("- **%s** / %s: %s" % (name, layer, entry["detail"]))
+        for finding in node["findings"]:
+            any_detail = True
+            lines.append("- %s %s `%s`: %s" % (finding.get("severity"), name, finding.get("code"),
+                                              finding.get("message")))
+    if not any_detail:
+        lines.append("Every layer of every GPU node is healthy.")
+    lines += ["", "## Steps", "", "| step | passed | message |", "|---|---|---|"]
+    for key in ("operand_readiness", "cuda_sample", "node_check"):
+        step = report["steps"][key]
+        lines.append("| %s | %s | %s |" % (key, step.get("passed"), str(step.get("message") or "")
+                                            .replace("\n", " ").replace("|", "/")[:300]))
+    for index, step in enumerate(report["steps"]["allocatable"]):
+        lines.append("| allocatable[%d] | %s | %s |" % (index, step.get("passed"),
+                                                         (step.get("message") or "").replace("\n", " ")[:300]))
+    return "\n".join(lines) + "\n"
+
+
+def _escape(text):
+    return (str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
+
+
+def to_html(report):
+    rows = []
+    for name, node in sorted(report["nodes"].items()):
+        cells = "".join('<td class="%s" title="%s">%s</td>' % (
+            node["layers"][layer]["state"].replace(" ", "-").replace("/", ""), _escape(node["layers"][layer]["detail"]),
+            _escape(_MARK[node["layers"][layer]["state"]])) for layer in report["layers"])
+        rows.append("<tr><th>%s</th><td>%s</td>%s<td>%s</td></tr>" % (
+            _escape(name), _escape(node["workload_config"]), cells, _escape(node["status"])))
+    return ("<!doctype html><html><head><meta charset=\"utf-8\"><title>GPU verification: %s</title><style>"
+            "body{font-family:sans-serif}td,th{border:1px solid #ccc;padding:4px 8px}"
+            ".ok{background:#dfd}.failed{background:#fbb}.na{color:#888}</style></head><body>"
+            "<h1>GPU verification: %s</h1><p><b>%s</b> - %s</p><table><tr><th>node</th><th>workload config</th>%s"
+            "<th>status</th></tr>%s</table><p>Hover a cell for its detail; the JSON report has everything.</p>"
+            "</body></html>\n") % (
+        _escape(report["site"]), _escape(report["site"]), "PASSED" if report["passed"] else "FAILED",
+        _escape(report["summary"]), "".join("<th>%s</th>" % _escape(l) for l in report["layers"]), "".join(rows))
+
+
+def failure_message(report):
+    """The per-layer diagnosis a failing verification ends with."""
+    lines = ["GPU verification of site %s failed: %s" % (report["site"], report["summary"])]
+    for name, node in sorted(report["nodes"].items()):
+        if node["status"] != "failing":
+            continue
+        for layer in report["layers"]:
+            entry = node["layers"][layer]
+            if entry["state"] == FAILED:
+                lines.append("  %s: layer %s: %s" % (name, layer, entry["detail"]))
+        for finding in node["findings"]:
+            if finding.get("severity") == "error":
+                lines.append("  %s: %s: %s" % (name, finding.get("code"), finding.get("message")))
+    return "\n".join(lines)

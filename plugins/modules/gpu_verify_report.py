@@ -1,0 +1,163 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuplatform.rke2 contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: gpu_verify_report
+short_description: Write the GPU verification report (JSON, Markdown, HTML), per node and per layer
+description:
+  - Builds the ADR step 6 report from the registered results of M(gpuplatform.rke2.operand_readiness),
+    M(gpuplatform.rke2.gpu_allocatable_wait), M(gpuplatform.rke2.cuda_sample) and M(gpuplatform.rke2.gpu_node_check),
+    plus the host facts of M(gpuplatform.rke2.gpu_host_facts) when the preflight ran.
+  - Each GPU node gets a state per layer, bottom up (hardware, host driver, driver, container runtime,
+    device plugin, allocatable, CUDA sample) and its findings.
+  - Writes C(gpu-verify.json), C(gpu-verify.md) and C(gpu-verify.html) in O(dest). The files always carry the
+    latest run's timings; the task reports C(changed) only when the verdict or the per-node content changed
+    (timestamps, durations and API request counts are not a change to the site).
+  - With O(fail_on_failure), fails with the per-layer diagnosis after writing the report.
+version_added: 0.1.0
+author: gpuplatform.rke2 contributors
+options:
+  site:
+    description: The site's name.
+    type: str
+    required: true
+  dest:
+    description: Folder for the report files (created, mode 0755; files 0644).
+    type: path
+    required: true
+  node_check:
+    description: The registered result of M(gpuplatform.rke2.gpu_node_check).
+    type: dict
+    required: true
+  operand_readiness:
+    description: The registered result of M(gpuplatform.rke2.operand_readiness).
+    type: dict
+  allocatable:
+    description: Registered results of M(gpuplatform.rke2.gpu_allocatable_wait), one per resource checked.
+    type: list
+    elements: dict
+    default: []
+  cuda_sample:
+    description: The registered result of M(gpuplatform.rke2.cuda_sample).
+    type: dict
+  host_facts:
+    description: Host facts per node name (the C(gpu_host) facts of M(gpuplatform.rke2.gpu_host_facts)).
+    type: dict
+    default: {}
+  formats:
+    description: Which files to write.
+    type: list
+    elements: str
+    choices: [json, markdown, html]
+    default: [json, markdown, html]
+  fail_on_failure:
+    description: Fail with the per-layer diagnosis when the verification did not pass.
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+    details: In check mode the report is built and returned, and no file is written.
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Write the report and fail with the diagnosis if a layer is broken
+  gpuplatform.rke2.gpu_verify_report:
+    site: tirosh-home
+    dest: "{{ playbook_dir }}/artifacts/tirosh-home"
+    node_check: "{{ gpu_verify_node_check }}"
+    operand_readiness: "{{ gpu_verify_operands }}"
+    allocatable: "{{ gpu_verify_allocatable.results }}"
+    cuda_sample: "{{ gpu_verify_cuda }}"
+"""
+
+RETURN = r"""
+report:
+  description: The report (what C(gpu-verify.json) holds).
+  returned: always
+  type: dict
+passed:
+  description: Whether every GPU node passed every layer and every step passed.
+  returned: always
+  type: bool
+summary:
+  description: One line for people.
+  returned: always
+  type: str
+files:
+  description: The files written.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import datetime
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import verify_report as vr
+
+_WRITERS = (("json", "gpu-verify.json", vr.to_json), ("markdown", "gpu-verify.md", vr.to_markdown),
+            ("html", "gpu-verify.html", vr.to_html))
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            site=dict(type="str", required=True),
+            dest=dict(type="path", required=True),
+            node_check=dict(type="dict", required=True),
+            operand_readiness=dict(type="dict"),
+            allocatable=dict(type="list", elements="dict", default=[]),
+            cuda_sample=dict(type="dict"),
+            host_facts=dict(type="dict", default={}),
+            formats=dict(type="list", elements="str", choices=["json", "markdown", "html"],
+                         default=["json", "markdown", "html"]),
+            fail_on_failure=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    report = vr.build_report(p["site"], p["node_check"], p["operand_readiness"], p["allocatable"],
+                             p["cuda_sample"], p["host_facts"], generated_at=now)
+    json_path = os.path.join(p["dest"], "gpu-verify.json")
+    previous = None
+    if os.path.exists(json_path):
+        try:
+            with open(json_path) as handle:
+                previous = json.load(handle)
+        except ValueError:
+            previous = None
+    changed = previous is None or vr.stable(previous) != vr.stable(report)
+    files = []
+    if not module.check_mode:
+        if not os.path.isdir(p["dest"]):
+            os.makedirs(p["dest"], 0o755)
+        for name, filename, render in _WRITERS:
+            if name in p["formats"]:
+                path = os.path.join(p["dest"], filename)
+                tmp = path + ".tmp"
+                with open(tmp, "w") as handle:
+                    handle.write(render(report))
+                os.chmod(tmp, 0o644)
+                os.rename(tmp, path)
+                files.append(path)
+    result = dict(changed=changed, report=report, passed=report["passed"], summary=report["summary"], files=files)
+    if p["fail_on_failure"] and not report["passed"]:
+        module.fail_json(msg=vr.failure_message(report), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
