@@ -466,7 +466,7 @@ class Simulator(object):
             node = pod["spec"].get("nodeName")
             images = [c["image"] for c in pod["spec"]["containers"]]
             outside = [i for i in images if mirror and not i.startswith(mirror.rstrip("/") + "/")]
-            if operand.name in held.get(node, ()):
+            if operand.name in held.get(node, ()) or "*" in held.get(node, ()):
                 reason, message = "CrashLoopBackOff", "back-off 5m0s restarting failed container (lab hold-down)"
             elif outside:
                 reason, message = "ImagePullBackOff", 'Back-off pulling image "%s": not in mirror %s' % (outside[0], mirror)

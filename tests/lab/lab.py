@@ -553,8 +553,9 @@ class Lab(object):
         self.core().patch_node(node, {"metadata": {"annotations": {key: value}}})
 
     def hold_down(self, node, *operands):
-        """Fault switch: the named operand pods on ``node`` stay Running but not Ready
-        (CrashLoopBackOff); default: container-toolkit, the "device plugin without toolkit" node."""
+        """Fault switch: the named operand pods on ``node`` ("*": all) stay Running but not
+        Ready (CrashLoopBackOff); default: container-toolkit, the "device plugin without
+        toolkit" node."""
         self._annotate(node, fleet_mod.HOLD_DOWN_ANNOTATION, ",".join(operands or ("container-toolkit",)))
 
     def release(self, node):
@@ -569,8 +570,10 @@ class Lab(object):
         self._annotate(node, fleet_mod.ADVERTISE_ANNOTATION, json.dumps(resources) if resources else None)
 
     def add_node(self, name, workload_config="container", gpus=2, model="A10", taints=None, labels=None,
-                 vgpu_config=None):
-        """Fault switch: a node joins after start (not in the fleet file)."""
+                 vgpu_config=None, hold=False):
+        """Fault switch: a node joins after start (not in the fleet file). ``hold`` keeps
+        its operand pods from becoming Ready until ``release(name)``, so a test can look
+        at the node while it has joined but its operands do not run yet."""
         fleet = self.fleet()
         models = next(iter(fleet.values())).get("gpu_models", {})
         host_vars = {"gpu_models": models, "lab_taints": taints or [], "lab_node_labels": dict(labels or {})}
@@ -581,6 +584,8 @@ class Lab(object):
             manifest["metadata"]["labels"]["nvidia.com/gpu.workload.config"] = workload_config
         if vgpu_config:
             manifest["metadata"]["labels"]["nvidia.com/vgpu.config"] = vgpu_config
+        if hold:
+            manifest["metadata"]["annotations"][fleet_mod.HOLD_DOWN_ANNOTATION] = "*"
         self._create_node(manifest)
         self._wait_for("node %s Ready" % name, lambda: self._nodes_ready([name]), 60, "kwok")
 
