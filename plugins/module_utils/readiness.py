@@ -84,7 +84,7 @@ def policy_from_cache(cache, namespace=None):
 
 # ---------------------------------------------------------------- node selection
 
-def select_nodes(nodes, resource, policy, names=None, explicit=False):
+def select_nodes(nodes, resource, policy, names=None, explicit=False, daemonsets=None):
     """(selected, skipped, missing) node names for a wait on ``resource``.
 
     ``explicit`` (the caller chose nodes by label selector or ``names``): every node
@@ -93,13 +93,14 @@ def select_nodes(nodes, resource, policy, names=None, explicit=False):
     ``resource``: right workload config, plugin not switched off, no taint its
     DaemonSet does not tolerate, no other resource of that config advertised instead
     (a MIG or vGPU profile that produces another name). ``skipped`` says why each other
-    GPU node is left out."""
+    GPU node is left out. The operand DaemonSets, when given, say which taints they
+    tolerate (the ClusterPolicy's ``daemonsets.tolerations``); else the chart default."""
     by_name = dict((_name(n), n) for n in nodes)
     if explicit:
         wanted = sorted(names) if names else sorted(by_name)
         return [n for n in wanted if n in by_name], [], [n for n in wanted if n not in by_name]
     config = om.resource_workload_config(resource)
-    reports = node_check.evaluate(nodes, [], policy)["nodes"]
+    reports = node_check.evaluate(nodes, [], policy, daemonsets)["nodes"]
     selected, skipped = [], []
     for name in sorted(by_name):
         report = reports[name]
@@ -139,7 +140,7 @@ def _skip_reason(node, report, resource, config):
 
 # ---------------------------------------------------------------- per-layer diagnosis
 
-def diagnose(nodes, pods, policy, node_names, resource=None, min_per_node=1):
+def diagnose(nodes, pods, policy, node_names, resource=None, min_per_node=1, daemonsets=None):
     """Why each of ``node_names`` is not ready, in the ADR's layers, lowest first:
     ``{node: {"workload_config", "layer", "operand", "reason", "layer_failures"}}``.
 
@@ -147,7 +148,7 @@ def diagnose(nodes, pods, policy, node_names, resource=None, min_per_node=1):
     Ready, and one that advertises fewer than ``min_per_node`` of ``resource``."""
     by_name = dict((_name(n), n) for n in nodes)
     wanted = [by_name[n] for n in node_names if n in by_name]
-    reports = node_check.evaluate(wanted, pods, policy)["nodes"]
+    reports = node_check.evaluate(wanted, pods, policy, daemonsets)["nodes"]
     result = {}
     for name in node_names:
         if name not in by_name:
@@ -202,7 +203,8 @@ def allocatable_condition(resource, names=None, explicit=False, min_per_node=1, 
     def condition(cache):
         nodes = objects(cache, "nodes")
         policy = policy_from_cache(cache, namespace)
-        selected, skipped, missing = select_nodes(nodes, resource, policy, names, explicit)
+        selected, skipped, missing = select_nodes(nodes, resource, policy, names, explicit,
+                                                  objects(cache, "daemonsets"))
         by_name = dict((_name(n), n) for n in nodes)
         per_node, ready, waiting = {}, [], {}
         for name in selected:
@@ -288,14 +290,14 @@ def _operator_pod_reasons(pods, namespace):
                 and not node_check.is_running(p))
 
 
-def operand_nodes(nodes, pods, policy, names=None, explicit=False):
+def operand_nodes(nodes, pods, policy, names=None, explicit=False, daemonsets=None):
     """Per node, its operand chain and where it stands: ``{node: {"workload_config",
     "chain", "ready_operands", "ready", "stuck_at", "layer", "reason"}}`` and the GPU
     nodes left out (isolated, or tainted against the operands) with the reason."""
     if explicit:
         wanted = set(names) if names else None
         nodes = [n for n in nodes if wanted is None or _name(n) in wanted]
-    reports = node_check.evaluate(nodes, pods, policy)["nodes"]
+    reports = node_check.evaluate(nodes, pods, policy, daemonsets)["nodes"]
     result, skipped = {}, []
     for name, report in reports.items():
         if not explicit:
@@ -348,7 +350,8 @@ def operand_readiness_condition(namespace, require_reconciled=False, names=None,
 
         detail["step"] = STEP_OPERANDS
         policy = node_check.policy_from_inputs(clusterpolicies, {"namespace": namespace})
-        per_node, skipped = operand_nodes(objects(cache, "nodes"), pods, policy, names, explicit)
+        per_node, skipped = operand_nodes(objects(cache, "nodes"), pods, policy, names, explicit,
+                                          objects(cache, "daemonsets"))
         if explicit and names:
             for name in sorted(set(names) - set(per_node)):
                 per_node[name] = {"workload_config": None, "chain": [], "ready_operands": [], "ready": False,
@@ -433,7 +436,8 @@ def sample_pod(name, namespace, run_id, image=SAMPLE_IMAGE, resource=om.CONTAINE
         "containers": [{
             "name": SAMPLE_CONTAINER,
             "image": image,
-            "resources": {"limits": {resource: count_}},
+            # Quantities are strings in the API; the client rejects a number here.
+            "resources": {"limits": {resource: str(count_)}},
             "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True,
                                 "capabilities": {"drop": ["ALL"]}},
         }],

@@ -192,7 +192,7 @@ def check_params(params):
 
 def gpu_diagnosis(api, nodes, resource, node_names=None):
     """Per-layer diagnosis of ``node_names``, or of the GPU nodes that should advertise
-    ``resource``: one list of ClusterPolicies and one of the operand pods."""
+    ``resource``: one list each of ClusterPolicies, operand DaemonSets and operand pods."""
     try:
         clusterpolicies, _version = api.list(k8s_wait.resource("clusterpolicies", "/".join(om.CLUSTER_POLICY_API[:2]),
                                                                om.CLUSTER_POLICY_API[2]), k8s_wait.LIST_READ_TIMEOUT)
@@ -201,15 +201,17 @@ def gpu_diagnosis(api, nodes, resource, node_names=None):
             raise
         clusterpolicies = []
     policy = node_check.policy_from_inputs(clusterpolicies, {})
+    daemonsets, _version = api.list(k8s_wait.resource("daemonsets", "apps/v1", "daemonsets",
+                                                      namespace=policy["namespace"]), k8s_wait.LIST_READ_TIMEOUT)
     if node_names is None:
         if om.resource_workload_config(resource) is None:
             return {}
-        node_names = readiness.select_nodes(nodes, resource, policy)[0]
+        node_names = readiness.select_nodes(nodes, resource, policy, daemonsets=daemonsets)[0]
     if not node_names:
         return {}
     pods, _version = api.list(k8s_wait.resource("pods", "v1", "pods", namespace=policy["namespace"]),
                               k8s_wait.LIST_READ_TIMEOUT)
-    return readiness.diagnose(nodes, pods, policy, sorted(set(node_names)), resource, 1)
+    return readiness.diagnose(nodes, pods, policy, sorted(set(node_names)), resource, 1, daemonsets)
 
 
 def list_nodes(api):
@@ -302,7 +304,7 @@ def wait_for_samples(api, params, planned, run_id, created_at, deadline):
             elif log is not None:
                 report["reason"] = why if state["phase"] == "Succeeded" else "%s, %s" % (state["reason"], why)
         elif not state["finished"]:
-            report["reason"] = "still %s at the deadline" % state["reason"]
+            report["reason"] = "at the deadline: %s" % state["reason"]
         reports.append(report)
     return reports, result
 

@@ -61,9 +61,10 @@ options:
     default: false
   operator_namespace:
     description:
-      - The GPU Operator's namespace, where the timeout diagnosis looks for operand pods; by default the one the
-        ClusterPolicy reports, else V(gpu-operator).
+      - The GPU Operator's namespace. Its operand DaemonSets say which taints the operands tolerate (default
+        selection), and the timeout diagnosis looks there for operand pods.
     type: str
+    default: gpu-operator
   timeout:
     description:
       - Seconds to wait in all.
@@ -171,7 +172,7 @@ def check_params(params):
 
 def resources(params):
     """What to watch: the nodes (by selector or name where the API can filter) and, for
-    the default selection, the ClusterPolicy that decides it."""
+    the default selection, the ClusterPolicy and the operand DaemonSets that decide it."""
     names = params["names"] or []
     field_selector = "metadata.name=" + names[0] if len(names) == 1 else None
     result = [k8s_wait.resource("nodes", "v1", "nodes", label_selector=params["label_selector"],
@@ -179,6 +180,7 @@ def resources(params):
     if not (params["label_selector"] or names):
         result.append(k8s_wait.resource("clusterpolicies", "/".join(om.CLUSTER_POLICY_API[:2]),
                                         om.CLUSTER_POLICY_API[2], optional=True))
+        result.append(k8s_wait.resource("daemonsets", "apps/v1", "daemonsets", namespace=params["operator_namespace"]))
     return result
 
 
@@ -198,7 +200,7 @@ def timeout_diagnosis(api, result, params):
     pods, _version = api.list(k8s_wait.resource("pods", "v1", "pods", namespace=policy["namespace"]),
                               k8s_wait.LIST_READ_TIMEOUT)
     return readiness.diagnose(k8s_wait.objects(result.cache, "nodes"), pods, policy, sorted(detail["waiting"]),
-                              params["resource"], params["min_per_node"])
+                              params["resource"], params["min_per_node"], k8s_wait.objects(result.cache, "daemonsets"))
 
 
 def main():
@@ -210,7 +212,7 @@ def main():
         min_per_node=dict(type="int", default=1),
         min_nodes=dict(type="int"),
         allow_no_nodes=dict(type="bool", default=False),
-        operator_namespace=dict(type="str"),
+        operator_namespace=dict(type="str", default=om.DEFAULT_NAMESPACE),
         timeout=dict(type="int", default=300),
     )
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)

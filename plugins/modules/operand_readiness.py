@@ -12,9 +12,9 @@ module: operand_readiness
 short_description: Wait until the GPU Operator and its operands are up, in the order they come up
 version_added: 0.1.0
 description:
-  - Watches the operator's Deployment, the ClusterPolicy, the nodes and the pods in the operator's namespace through
-    the Kubernetes API (one list and one long watch each, not polling) and waits for three steps in their fixed
-    order, returning as soon as the last holds.
+  - Watches the operator's Deployment, the ClusterPolicy, the nodes, and the pods and DaemonSets in the operator's
+    namespace through the Kubernetes API (one list and one long watch each, not polling) and waits for three steps
+    in their fixed order, returning as soon as the last holds.
   - C(operator), the Deployment C(gpu-operator) is available; C(cluster-policy), a ClusterPolicy exists (and, with
     O(require_reconciled), reports C(Ready) with reason C(Reconciled)); C(operands), on every selected node each
     operand its workload config runs there is Running and Ready, in the node's chain order (container nodes
@@ -171,6 +171,8 @@ def resources(params):
         k8s_wait.resource("nodes", "v1", "nodes", label_selector=params["label_selector"],
                           field_selector="metadata.name=" + names[0] if len(names) == 1 else None),
         k8s_wait.resource("pods", "v1", "pods", namespace=namespace),
+        # Their pod templates say which taints the operands tolerate.
+        k8s_wait.resource("daemonsets", "apps/v1", "daemonsets", namespace=namespace),
     ]
 
 
@@ -240,7 +242,8 @@ def main():
         clusterpolicies = k8s_wait.objects(result.cache, "clusterpolicies")
         policy = node_check.policy_from_inputs(clusterpolicies, {"namespace": params["namespace"]})
         result_report["diagnosis"] = readiness.diagnose(
-            k8s_wait.objects(result.cache, "nodes"), k8s_wait.objects(result.cache, "pods"), policy, stuck)
+            k8s_wait.objects(result.cache, "nodes"), k8s_wait.objects(result.cache, "pods"), policy, stuck,
+            daemonsets=k8s_wait.objects(result.cache, "daemonsets"))
     module.fail_json(msg=msg, **result_report)
 
 

@@ -248,6 +248,9 @@ class FakeCluster(object):
         return copy.deepcopy(obj) if obj else None
 
     def create_pod(self, namespace, body):
+        # The real client validates a body against its model before sending it.
+        from kubernetes import client
+        client.V1Pod.from_dict(body)
         self.calls.append(("create", "pods", body["metadata"]["name"]))
         body = copy.deepcopy(body)
         body["metadata"]["namespace"] = namespace

@@ -7,7 +7,7 @@ from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_mo
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import readiness as rd
 from tests.unit.wait_builders import (
     A10_12Q, A10_PASSTHROUGH, CONTAINER_CHAIN, NS, SANDBOX_SPEC, TRAINING_TAINT, cache, chain_pods, clusterpolicy,
-    deployment, gpu_node, helmchart, job, job_pod, node, operand_pod, operator_pod)
+    daemonset, deployment, gpu_node, helmchart, job, job_pod, node, operand_pod, operator_pod)
 
 GPU = om.CONTAINER_RESOURCE
 
@@ -43,6 +43,17 @@ def test_default_selection_is_the_gpu_nodes_whose_device_plugin_produces_the_res
          "reason": "device-plugin is switched off here (nvidia.com/gpu.deploy.device-plugin=false)"},
         {"node": "gpu-tainted-1", "reason": "taint dedicated=training:NoSchedule is not tolerated by the operand DaemonSets"},
     ]
+
+
+def test_a_taint_the_operand_daemonsets_tolerate_does_not_leave_a_node_out():
+    tolerating = [daemonset(o, [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}])
+                  for o in CONTAINER_CHAIN]
+    fleet = [gpu_node("gpu-tainted-1", taints=[TRAINING_TAINT])]
+    assert rd.select_nodes(fleet, GPU, default_policy(), daemonsets=tolerating)[0] == ["gpu-tainted-1"]
+    done, detail = rd.operand_readiness_condition(NS)(
+        cache(nodes=fleet, pods=chain_pods("gpu-tainted-1"), deployments=[deployment()],
+              clusterpolicies=[clusterpolicy()], daemonsets=tolerating))
+    assert done and list(detail["nodes"]) == ["gpu-tainted-1"] and detail["skipped"] == []
 
 
 def test_with_sandbox_workloads_each_config_has_its_own_nodes():
@@ -316,7 +327,7 @@ def test_the_sample_pod_is_nvidias_vectoradd_unprivileged_and_pinned_by_affinity
     spec = pod["spec"]
     container = spec["containers"][0]
     assert container["image"] == "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04"
-    assert container["resources"] == {"limits": {A10_PASSTHROUGH: 2}}
+    assert container["resources"] == {"limits": {A10_PASSTHROUGH: "2"}}
     assert container["securityContext"] == {"allowPrivilegeEscalation": False, "runAsNonRoot": True,
                                             "capabilities": {"drop": ["ALL"]}}
     assert spec["securityContext"]["runAsNonRoot"] and spec["securityContext"]["seccompProfile"] == {
@@ -330,7 +341,7 @@ def test_the_sample_pod_is_nvidias_vectoradd_unprivileged_and_pinned_by_affinity
     assert rd.is_sample_pod(pod) and pod["metadata"]["labels"][rd.SAMPLE_LABEL_RUN] == "run1"
     single = rd.sample_pod("cuda-vectoradd", "default", "run1")
     assert "affinity" not in single["spec"] and "runtimeClassName" not in single["spec"]
-    assert single["spec"]["containers"][0]["resources"] == {"limits": {GPU: 1}}
+    assert single["spec"]["containers"][0]["resources"] == {"limits": {GPU: "1"}}
 
 
 def test_sample_pod_names_are_dns_labels():

@@ -13,8 +13,8 @@ from ansible_collections.gpuplatform.rke2.plugins.modules import (
     cuda_sample, gpu_allocatable_wait, helmchart_wait, operand_readiness)
 from tests.unit.k8s_fake import FakeCluster
 from tests.unit.wait_builders import (
-    CONTAINER_CHAIN, TRAINING_TAINT, chain_pods, clusterpolicy, deployment, gpu_node, helmchart, job, job_pod, node,
-    operand_pod, operator_pod)
+    CONTAINER_CHAIN, TRAINING_TAINT, chain_pods, clusterpolicy, daemonset, deployment, gpu_node, helmchart, job, job_pod,
+    node, operand_pod, operator_pod)
 
 PASSED_LOG = ("[Vector addition of 50000 elements]\nCopy input data from the host memory to the CUDA device\n"
               "CUDA kernel launch with 196 blocks of 256 threads\nTest PASSED\nDone\n")
@@ -62,8 +62,18 @@ def test_allocatable_holds_on_the_first_list(run):
     assert [w["event"]["msg"] for w in result["warnings"]] == [
         "GPU node gpu-tainted-1 is not waited for: taint dedicated=training:NoSchedule is not tolerated by the operand "
         "DaemonSets"]
-    assert result["api_requests"] == {"list": 2, "watch": 0, "total": 2}
+    # Nodes, the ClusterPolicy and the operand DaemonSets that decide the selection.
+    assert result["api_requests"] == {"list": 3, "watch": 0, "total": 3}
     assert result["elapsed"] == 0
+
+
+def test_allocatable_waits_for_a_tainted_node_whose_taint_the_operands_tolerate(run):
+    nodes, pods = healthy_fleet()
+    tolerating = [daemonset(o, [dict(TRAINING_TAINT, operator="Equal")]) for o in CONTAINER_CHAIN]
+    rc, result, _connects = run(gpu_allocatable_wait, FakeCluster(nodes=nodes, pods=pods, daemonsets=tolerating),
+                                timeout=60)
+    assert rc == 1 and result["skipped_nodes"] == []
+    assert result["msg"].endswith("gpu-tainted-1: driver (driver): no pod")
 
 
 def test_allocatable_waits_for_a_node_that_joins_mid_wait(run):
@@ -74,7 +84,7 @@ def test_allocatable_waits_for_a_node_that_joins_mid_wait(run):
     assert rc == 0
     assert result["elapsed"] == 15
     assert result["ready_nodes"] == ["gpu-1", "gpu-2", "gpu-3"]
-    assert result["api_requests"] == {"list": 2, "watch": 2, "total": 4}
+    assert result["api_requests"] == {"list": 3, "watch": 3, "total": 6}
 
 
 def test_allocatable_rides_through_an_api_server_restart(run):
@@ -102,7 +112,7 @@ def test_allocatable_timeout_names_each_nodes_broken_layer(run):
     assert result["diagnosis"]["gpu-container-2"]["layer"] == om.LAYER_RUNTIME
     assert [f["layer"] for f in result["diagnosis"]["gpu-container-3"]["layer_failures"]] == [
         om.LAYER_DEVICE_PLUGIN, om.LAYER_ALLOCATABLE]
-    assert result["elapsed"] == 120 and result["api_requests"]["total"] == 4
+    assert result["elapsed"] == 120 and result["api_requests"]["total"] == 6
 
 
 def test_allocatable_timeout_with_no_gpu_node_says_so(run):
@@ -127,13 +137,15 @@ def test_allocatable_rejects_bad_input_before_connecting(run, args, message):
 
 def test_allocatable_watches_what_the_options_select():
     def params(**kwargs):
-        base = dict(resource=om.CONTAINER_RESOURCE, label_selector=None, names=None)
+        base = dict(resource=om.CONTAINER_RESOURCE, label_selector=None, names=None, operator_namespace="gpu-ops")
         base.update(kwargs)
         return base
 
     default = gpu_allocatable_wait.resources(params())
-    assert [(r.key, r.optional) for r in default] == [("nodes", False), ("clusterpolicies", True)]
+    assert [(r.key, r.optional) for r in default] == [("nodes", False), ("clusterpolicies", True),
+                                                      ("daemonsets", False)]
     assert (default[1].api_version, default[1].plural) == ("nvidia.com/v1", "clusterpolicies")
+    assert (default[2].api_version, default[2].namespace) == ("apps/v1", "gpu-ops")
     one = gpu_allocatable_wait.resources(params(names=["gpu-1"]))
     assert [r.key for r in one] == ["nodes"] and one[0].field_selector == "metadata.name=gpu-1"
     selected = gpu_allocatable_wait.resources(params(label_selector="site=tirosh", names=["a", "b"]))
@@ -155,7 +167,7 @@ def test_operand_readiness_succeeds_at_once_on_a_ready_cluster(run):
         ("operator", True, 0), ("cluster-policy", True, 0), ("operands", True, 0)]
     assert sorted(result["nodes"]) == ["gpu-container-1", "gpu-container-2"]
     assert result["nodes"]["gpu-container-1"]["chain"] == CONTAINER_CHAIN
-    assert result["api_requests"] == {"list": 4, "watch": 0, "total": 4}
+    assert result["api_requests"] == {"list": 5, "watch": 0, "total": 5}
 
 
 def test_operand_readiness_times_each_step_in_order(run):
@@ -173,7 +185,7 @@ def test_operand_readiness_times_each_step_in_order(run):
         ("operator", 5, 5), ("cluster-policy", 8, 3), ("operands", 18, 10)]
     assert result["nodes"]["gpu-1"]["ready_after"] == 18
     assert result["elapsed"] == 18
-    assert result["api_requests"] == {"list": 4, "watch": 4, "total": 8}
+    assert result["api_requests"] == {"list": 5, "watch": 5, "total": 10}
 
 
 def test_operand_readiness_timeout_names_the_step_and_the_stuck_nodes(run):
@@ -260,7 +272,7 @@ def test_cuda_sample_runs_once_reads_the_log_and_cleans_up(run):
                                             "Copy input data from the host memory to the CUDA device",
                                             "CUDA kernel launch with 196 blocks of 256 threads", "Test PASSED", "Done"]}]
     created = cluster.created[0]
-    assert created["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": 1}}
+    assert created["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
     assert created["spec"]["securityContext"]["runAsNonRoot"] is True
     assert cluster.deleted == ["cuda-vectoradd"]
     assert ("log", "pods", "cuda-vectoradd", "cuda-vectoradd", False) in cluster.calls
@@ -310,9 +322,9 @@ def test_cuda_sample_reports_a_pending_pod_with_the_schedulers_reason(run):
     finish(cluster, {"gpu-container-1": message})
     rc, result, _connects = run(cuda_sample, cluster, timeout=60)
     assert rc == 1
-    assert result["pods"][0]["reason"] == "still Pending: %s at the deadline" % message
-    assert result["msg"].startswith("1 of 1 CUDA sample pods failed (timed out after 60s): cuda-vectoradd: still Pending: "
-                                    "0/4 nodes are available: 2 Insufficient nvidia.com/gpu")
+    assert result["pods"][0]["reason"] == "at the deadline: Pending: %s" % message
+    assert result["msg"].startswith("1 of 1 CUDA sample pods failed (timed out after 60s): cuda-vectoradd: at the deadline: "
+                                    "Pending: 0/4 nodes are available: 2 Insufficient nvidia.com/gpu")
     # No node placed it: the diagnosis covers the GPU nodes that should advertise the resource.
     assert sorted(result["diagnosis"]) == ["gpu-container-1", "gpu-container-2"]
     assert result["diagnosis"]["gpu-container-1"]["layer"] == om.LAYER_ALLOCATABLE

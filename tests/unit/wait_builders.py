@@ -77,6 +77,13 @@ def chain_pods(node_name, operands=CONTAINER_CHAIN, **overrides):
     return [operand_pod(o, node_name, **overrides.get(o.replace("-", "_"), {})) for o in operands]
 
 
+def daemonset(operand_name, tolerations, namespace=NS):
+    """An operand DaemonSet; the operator renders the ClusterPolicy's daemonsets.tolerations into it."""
+    o = om.operand(operand_name)
+    return {"metadata": {"name": o.daemonset, "namespace": namespace},
+            "spec": {"template": {"spec": {"tolerations": tolerations}}}}
+
+
 def deployment(available=True, replicas=1, generation=2, observed=2, namespace=NS):
     conditions = [{"type": "Available", "status": "True" if available else "False",
                    "reason": "MinimumReplicasAvailable" if available else "MinimumReplicasUnavailable"}]
