@@ -28,15 +28,11 @@ __metaclass__ = type
 
 import json
 import math
+import queue
 import socket
 import threading
 import time
 from collections import namedtuple
-
-try:
-    import queue
-except ImportError:  # pragma: no cover - Python 2 is not supported by this collection
-    import Queue as queue
 
 # Reconnect backoff: an RKE2 restart keeps the API away for 10 to 30 seconds; a 5 s cap
 # notices its return within 5 s without hammering it meanwhile.
@@ -348,7 +344,9 @@ class Waiter(object):
     def wait(self, condition, progress=None):
         """Wait for ``condition(cache) -> (done, detail)``; ``progress(detail, elapsed)``
         is told every evaluation. Returns a WaitResult; raises WaitFailed on an error
-        retrying cannot mend."""
+        retrying cannot mend. A Waiter waits once."""
+        if self._start is not None:
+            raise RuntimeError("a Waiter waits once: make a new one")
         self._start = self.clock.now()
         self._deadline = self._start + self.timeout
         cache = dict((r.key, {}) for r in self.resources)
@@ -501,6 +499,17 @@ class _WatchStream(object):
             pass
 
 
+# The core (v1) kinds by plural: the singular in CoreV1Api's method names, namespaced.
+_CORE_KINDS = {
+    "nodes": ("node", False), "namespaces": ("namespace", False), "persistentvolumes": ("persistent_volume", False),
+    "pods": ("pod", True), "configmaps": ("config_map", True), "secrets": ("secret", True),
+    "services": ("service", True), "serviceaccounts": ("service_account", True), "endpoints": ("endpoints", True),
+    "events": ("event", True), "persistentvolumeclaims": ("persistent_volume_claim", True),
+    "limitranges": ("limit_range", True), "resourcequotas": ("resource_quota", True),
+    "replicationcontrollers": ("replication_controller", True), "podtemplates": ("pod_template", True),
+}
+
+
 class KubeApi(object):
     """The engine's adapter over the official ``kubernetes`` client. Requests use
     ``_preload_content=False`` and decode the JSON themselves: plain dicts with the
@@ -526,13 +535,15 @@ class KubeApi(object):
     def _list_function(self, res):
         group, _sep, version = res.api_version.rpartition("/")
         if not group:
-            if res.plural == "nodes":
-                return self.core.list_node, ()
-            if res.plural == "pods":
-                if res.namespace:
-                    return self.core.list_namespaced_pod, (res.namespace,)
-                return self.core.list_pod_for_all_namespaces, ()
-            raise ValueError("core kind %r is not supported by KubeApi" % res.plural)
+            if res.plural not in _CORE_KINDS:
+                raise ValueError("KubeApi does not know the core kind %r (known: %s)"
+                                 % (res.plural, ", ".join(sorted(_CORE_KINDS))))
+            singular, namespaced = _CORE_KINDS[res.plural]
+            if not namespaced:
+                return getattr(self.core, "list_" + singular), ()
+            if res.namespace:
+                return getattr(self.core, "list_namespaced_" + singular), (res.namespace,)
+            return getattr(self.core, "list_%s_for_all_namespaces" % singular), ()
         # CustomObjectsApi serves any group's kinds as plain objects, apps and batch too.
         if res.namespace:
             return self.custom.list_namespaced_custom_object, (group, version, res.namespace, res.plural)
@@ -622,6 +633,7 @@ def run_checked(module, check_params, action, describe):
         module.fail_json(msg=str(exc))
     except (WaitFailed, ApiError) as exc:
         module.fail_json(msg="%s: %s" % (describe, exc))
+    return None, None  # not reached: fail_json exits
 
 
 def connect(params):

@@ -552,10 +552,6 @@ HELMCHART_LABEL = "helmcharts.helm.cattle.io/chart"
 HELM_CONTAINER = "helm"
 
 
-def install_job_name(chart_name):
-    return "helm-install-" + chart_name
-
-
 def _timestamp(value):
     try:
         return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ")
@@ -621,7 +617,10 @@ def helmchart_condition(name, namespace):
             detail.update(failed=True, message="HelmChart %s/%s Failed: %s%s" % (
                 namespace, name, failed.get("reason") or "", ": " + failed["message"] if failed.get("message") else ""))
             return True, detail
-        job_name = (chart.get("status") or {}).get("jobName") or install_job_name(name)
+        job_name = (chart.get("status") or {}).get("jobName")
+        if not job_name:
+            detail["message"] = "helm-controller has not taken up the HelmChart yet (no status.jobName)"
+            return False, detail
         detail["job_name"] = job_name
         job = (cache.get("jobs") or {}).get("%s/%s" % (namespace, job_name))
         if job is None:

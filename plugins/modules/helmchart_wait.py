@@ -14,7 +14,8 @@ version_added: 0.1.0
 description:
   - Watches a C(helm.cattle.io/v1) HelmChart, its install Job C(helm-install-<name>) and the Job's pods through the
     Kubernetes API (one list and one long watch each, not polling) until helm-controller has installed the chart,
-    that is until the Job, created after the chart's last spec change, completed.
+    that is until the chart names its Job in C(status.jobName) and that Job, created after the chart's last spec
+    change, completed.
   - A Job older than the chart's last spec change ran the previous values; the module waits for helm-controller to
     replace it, so a values change is waited for, not mistaken for done.
   - Fails at once, not after the Job's 1000 retries, when the HelmChart has a C(Failed) condition or an attempt of
@@ -69,7 +70,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 job:
-  description: The install Job the module waited on.
+  description: The install Job the module waited on (null while helm-controller had not named one).
   returned: always
   type: str
   sample: helm-install-gpu-operator

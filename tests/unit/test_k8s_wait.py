@@ -476,6 +476,26 @@ def test_kube_api_turns_http_and_connection_failures_into_api_errors(stub):
     assert info.value.status == 0 and classify(info.value) == "transient"
 
 
+def test_kube_api_maps_every_core_kind_to_the_clients_list_function():
+    from kubernetes import client
+    api = KubeApi(client.ApiClient(client.Configuration()))
+    for plural, (_singular, namespaced) in k8s_wait._CORE_KINDS.items():
+        for namespace in (("gpu-operator", None) if namespaced else (None,)):
+            function, args = api._list_function(resource(plural, "v1", plural, namespace=namespace))
+            assert callable(function) and args == ((namespace,) if namespace else ())
+    function, args = api._list_function(resource("jobs", "batch/v1", "jobs", namespace="kube-system"))
+    assert function == api.custom.list_namespaced_custom_object and args == ("batch", "v1", "kube-system", "jobs")
+    with pytest.raises(ValueError, match="does not know the core kind 'bindings'"):
+        api._list_function(resource("bindings", "v1", "bindings"))
+
+
+def test_a_waiter_waits_once():
+    waiter = Waiter(FakeCluster(nodes=[node("gpu-1", 2)]), [NODES], 10)
+    assert waiter.wait(all_nodes_have(2)).done
+    with pytest.raises(RuntimeError, match="waits once"):
+        waiter.wait(all_nodes_have(2))
+
+
 def test_connect_builds_the_adapter_from_connection_options(tmp_path):
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(json.dumps({

@@ -420,6 +420,8 @@ def chart_state(chart=None, jobs=(), pods=()):
 def test_helmchart_waits_for_the_chart_and_its_job():
     assert chart_state()[1]["message"] == "HelmChart kube-system/gpu-operator not found"
     done, detail = chart_state(helmchart())
+    assert not done and detail["message"] == "helm-controller has not taken up the HelmChart yet (no status.jobName)"
+    done, detail = chart_state(helmchart(job_name="helm-install-gpu-operator"))
     assert not done and detail["message"] == "helm-controller has not created Job helm-install-gpu-operator yet"
     done, detail = chart_state(helmchart(job_name="helm-install-gpu-operator"), [job()], [job_pod()])
     assert not done and detail["message"] == "Job helm-install-gpu-operator running: pod helm-install-gpu-operator-x7k2p Running"
@@ -446,14 +448,15 @@ def test_a_failed_attempt_ends_the_wait_at_once_with_the_pod_to_read():
     done, detail = chart_state(helmchart(job_name="helm-install-gpu-operator"), [job()], [exited])
     assert done and detail["previous"] is False and detail["message"].endswith("Error, exit code 1")
     failed_pod = job_pod(phase="Failed", state={"terminated": {"exitCode": 1, "reason": "Error"}})
-    assert chart_state(helmchart(), [job(failed=1)], [failed_pod])[1]["failed"]
-    done, detail = chart_state(helmchart(), [job(failed=2)])
+    chart = helmchart(job_name="helm-install-gpu-operator")
+    assert chart_state(chart, [job(failed=1)], [failed_pod])[1]["failed"]
+    done, detail = chart_state(chart, [job(failed=2)])
     assert done and detail["message"] == "Job helm-install-gpu-operator failed: 2 failed attempts"
 
 
 def test_pods_of_a_replaced_job_are_not_this_jobs_attempts():
     old_pod = job_pod(job_uid="old-uid", state={"terminated": {"exitCode": 1, "reason": "Error"}})
-    done, detail = chart_state(helmchart(), [job(uid="new-uid")], [old_pod])
+    done, detail = chart_state(helmchart(job_name="helm-install-gpu-operator"), [job(uid="new-uid")], [old_pod])
     assert not done and detail["message"] == "Job helm-install-gpu-operator has no pod yet"
 
 

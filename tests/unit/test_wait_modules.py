@@ -115,6 +115,21 @@ def test_allocatable_timeout_names_each_nodes_broken_layer(run):
     assert result["elapsed"] == 120 and result["api_requests"]["total"] == 6
 
 
+def test_allocatable_timeout_while_the_api_server_is_away_says_so(run):
+    refused = k8s_wait.ApiError(0, "connection refused")
+    cluster = FakeCluster(nodes=[gpu_node("gpu-1", gpus=0)])
+    cluster.script("nodes", [("advance", 1), ("drop", 0)])
+    cluster.fail_list("nodes", None, *([refused] * 50))
+    cluster.fail_list("pods", refused)
+    rc, result, _connects = run(gpu_allocatable_wait, cluster, timeout=30)
+    assert rc == 1
+    assert result["msg"] == (
+        "timed out after 30s waiting for nvidia.com/gpu: 0 of 1 wanted nodes have 1 nvidia.com/gpu allocatable "
+        "(the API server was unreachable at the end; last known state); no diagnosis: listing operand pods failed: "
+        "connection refused")
+    assert result["nodes"] == {"gpu-1": {"allocatable": 0, "capacity": 0, "ready": False}}
+
+
 def test_allocatable_timeout_with_no_gpu_node_says_so(run):
     rc, result, _connects = run(gpu_allocatable_wait, FakeCluster(nodes=[node("cpu-1", gpu=False)]), timeout=30)
     assert rc == 1 and result["msg"] == "timed out after 30s waiting for nvidia.com/gpu: no node selected for nvidia.com/gpu"
