@@ -369,7 +369,7 @@ class Waiter(object):
                 if kind == NOT_FOUND and res.optional:
                     items, versions[res.key] = [], None
                 elif kind in (FATAL, NOT_FOUND):
-                    raise WaitFailed("listing %s failed: %s" % (res.key, exc))
+                    raise WaitFailed("listing %s failed: %s" % (res.key, exc)) from exc
                 else:
                     # The feeder lists again, with backoff.
                     self._count("reconnects")
@@ -472,10 +472,10 @@ class _WatchStream(object):
                         yield json.loads(line.decode("utf-8"))
         except self._errors as exc:
             if not self._closed:
-                raise _api_error(exc)
+                raise _api_error(exc) from exc
         except ValueError as exc:
             if not self._closed:
-                raise ApiError(0, "undecodable watch event: %s" % exc)
+                raise ApiError(0, "undecodable watch event: %s" % exc) from exc
 
     def close(self):
         if self._closed:
@@ -530,7 +530,7 @@ class KubeApi(object):
         try:
             return function(*args, **kwargs)
         except self._errors as exc:
-            raise _api_error(exc)
+            raise _api_error(exc) from exc
 
     def _list_function(self, res):
         group, _sep, version = res.api_version.rpartition("/")
@@ -565,7 +565,7 @@ class KubeApi(object):
         try:
             body = json.loads(response.data)
         except (ValueError, TypeError) as exc:
-            raise ApiError(0, "undecodable list of %s: %s" % (res.plural, exc))
+            raise ApiError(0, "undecodable list of %s: %s" % (res.plural, exc)) from exc
         return body.get("items") or [], (body.get("metadata") or {}).get("resourceVersion")
 
     def watch(self, res, resource_version, timeout_seconds, read_timeout):
