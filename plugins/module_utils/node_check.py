@@ -47,6 +47,10 @@ CODES = (UNKNOWN_WORKLOAD_CONFIG, LABEL_IGNORED, UNTOLERATED_TAINT, MISSING_OPER
 _SNAPSHOT_KEYS = {"Node": "nodes", "Pod": "pods", "DaemonSet": "daemonsets", "ClusterPolicy": "clusterpolicies"}
 
 
+def _meta(obj):
+    return obj.get("metadata") or {}
+
+
 # ---------------------------------------------------------------- input
 
 @contextlib.contextmanager
@@ -54,8 +58,9 @@ def paused_gc():
     """Suspend the cyclic garbage collector, restoring its state afterwards.
 
     A cluster's JSON is millions of small acyclic objects: refcounting frees them, but
-    every full collection while they are alive walks all of them, which triples the time
-    to read and check a 5,000-node snapshot (docs/benchmarks.md)."""
+    every collection while they are alive walks them, which triples the time to read
+    and check a 5,000-node snapshot (docs/benchmarks.md). Drop the snapshot inside the
+    block: the first collection after it walks whatever was allocated meanwhile."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -110,19 +115,19 @@ def _collect(obj, implied_kind, where, result):
 
 
 def _active_clusterpolicy(clusterpolicies):
-    """The ClusterPolicy the operator acts on: it reconciles the oldest one and marks
-    every other ``ignored``."""
+    """The ClusterPolicy the operator acts on. It reconciles the first one it sees and
+    marks every other ``status.state: ignored``; before it has, take the oldest."""
     candidates = sorted(clusterpolicies or (), key=lambda cp: (
         (cp.get("status") or {}).get("state") == "ignored",
-        (cp.get("metadata") or {}).get("creationTimestamp") or "",
-        (cp.get("metadata") or {}).get("name") or "",
+        _meta(cp).get("creationTimestamp") or "",
+        _meta(cp).get("name") or "",
     ))
     return candidates[0] if candidates else None
 
 
 def _operand_daemonset_namespace(daemonsets):
-    namespaces = set((ds.get("metadata") or {}).get("namespace") for ds in daemonsets or ()
-                     if om.operand_for_daemonset((ds.get("metadata") or {}).get("name")))
+    namespaces = set(_meta(ds).get("namespace") for ds in daemonsets or ()
+                     if om.operand_for_daemonset(_meta(ds).get("name")))
     namespaces.discard(None)
     return namespaces.pop() if len(namespaces) == 1 else None
 
@@ -149,10 +154,6 @@ def policy_from_inputs(clusterpolicies, overrides, daemonsets=None):
 
 
 # ---------------------------------------------------------------- pods
-
-def _meta(obj):
-    return obj.get("metadata") or {}
-
 
 def _daemonset_target(pod):
     """The node a DaemonSet pod is pinned to before it is scheduled: the DaemonSet
@@ -194,13 +195,13 @@ def is_present(pod):
     return not is_terminating(pod) and (pod.get("status") or {}).get("phase", "Pending") in ("Pending", "Running")
 
 
-def _state_reason(state, exit_code_prefix="ExitCode:"):
+def _state_reason(state):
     waiting = state.get("waiting")
     if waiting and waiting.get("reason"):
         return waiting["reason"]
     terminated = state.get("terminated")
     if terminated:
-        return terminated.get("reason") or "%s%s" % (exit_code_prefix, terminated.get("exitCode"))
+        return terminated.get("reason") or "ExitCode:%s" % terminated.get("exitCode")
     return None
 
 
@@ -306,7 +307,7 @@ def _why_not_expected(operand_, state, config, labels):
 
 
 def _workload(labels, policy_):
-    """(config the operator applies, raw label value, findings about the label)."""
+    """(the workload config the operator applies, findings about the label)."""
     config, label = om.effective_workload_config(labels, policy_)
     findings = []
     if not policy_["sandbox_workloads_enabled"]:
@@ -314,9 +315,9 @@ def _workload(labels, policy_):
             findings.append((LABEL_IGNORED, ERROR, None,
                              "%s=%s is ignored: sandbox workloads are disabled, so the operator runs the "
                              "container operands here" % (om.WORKLOAD_CONFIG_LABEL, label)))
-        return config, label, findings
+        return config, findings
     if config in om.WORKLOAD_CONFIGS:
-        return config, label, findings
+        return config, findings
     # The operator logs a warning and applies its default workload (container when the
     # ClusterPolicy's defaultWorkload is itself invalid).
     fallback = policy_["default_workload"] if policy_["default_workload"] in om.WORKLOAD_CONFIGS else om.CONTAINER
@@ -325,7 +326,7 @@ def _workload(labels, policy_):
     findings.append((UNKNOWN_WORKLOAD_CONFIG, ERROR, None,
                      "%s is not a workload config (one of: %s); the operator applies %s instead"
                      % (source, ", ".join(om.WORKLOAD_CONFIGS), fallback)))
-    return fallback, label, findings
+    return fallback, findings
 
 
 def _resource_findings(config, advertised, capacity, states, running, labels):
@@ -365,100 +366,117 @@ def _resource_findings(config, advertised, capacity, states, running, labels):
     return findings, failures
 
 
+def _blocked_operands(taints, expected, tolerations):
+    """{operand: untolerated taints as text} for the expected operands whose DaemonSet
+    cannot place a pod on a node with ``taints``."""
+    blocked = {}
+    for operand_name in expected if taints else ():
+        if operand_name in tolerations:
+            bad = om.untolerated_taints(taints, tolerations[operand_name])
+        else:
+            bad = om.untolerated_taints(taints)
+        if bad:
+            blocked[operand_name] = ", ".join(_taint_text(t) for t in bad)
+    return blocked
+
+
+def _taint_finding(blocked, expected, running):
+    texts = "; ".join(sorted(set(blocked.values())))
+    who = "the operand DaemonSets" if len(blocked) == len(expected) else "the DaemonSets of " + ", ".join(blocked)
+    if all(name in running for name in blocked):
+        # NoSchedule evicts nothing: the pods stay until deleted, then never come back.
+        return (UNTOLERATED_TAINT, WARNING, None, "taint %s is not tolerated by %s: their pods run now but will "
+                "not be placed here again once deleted" % (texts, who))
+    return (UNTOLERATED_TAINT, ERROR, None, "taint %s is not tolerated by %s: their pods will never be placed on "
+            "this node" % (texts, who))
+
+
+def _not_running(expected, running, pods_by_operand, blocked):
+    """{operand: reason} for the expected operands without a Running and Ready pod."""
+    result = {}
+    for operand_name in expected:
+        if operand_name in running:
+            continue
+        pods = pods_by_operand.get(operand_name)
+        if pods:
+            result[operand_name] = _describe(pods)
+        elif operand_name in blocked:
+            result[operand_name] = "no pod: taint %s not tolerated" % blocked[operand_name]
+        else:
+            result[operand_name] = "no pod"
+    return result
+
+
+def _order_violations(chain, states, running, not_running):
+    findings = []
+    for operand_name in chain:
+        if operand_name not in running or states[operand_name] != "expected":
+            continue
+        waiting_for = [d for d in _nearest_expected(operand_name, states) if d not in running]
+        if waiting_for:
+            findings.append((ORDER_VIOLATION, ERROR, operand_name, "%s runs while %s, which it depends on, does not (%s)"
+                             % (operand_name, ", ".join(waiting_for), "; ".join(not_running[d] for d in waiting_for))))
+    return findings
+
+
+def _unexpected_operands(pods_by_operand, why_not_expected):
+    """A finding for each operand with a live pod where ``why_not_expected(operand)``
+    gives a reason (None: the operand belongs there)."""
+    findings = []
+    for o in om.OPERANDS:
+        present = [p for p in pods_by_operand.get(o.name, ()) if is_present(p)]
+        reason = why_not_expected(o) if present else None
+        if reason:
+            findings.append((UNEXPECTED_OPERAND, ERROR, o.name, "%s has a pod here (%s) but %s" % (
+                o.name, _meta(present[0]).get("name"), reason)))
+    return findings
+
+
 def _evaluate_node(node, pods_by_operand, policy_, tolerations, chains):
     meta = _meta(node)
-    name = meta.get("name")
     labels = meta.get("labels") or {}
     status = node.get("status") or {}
-    advertised = om.gpu_resources(status.get("allocatable"))
-    capacity = om.gpu_resources(status.get("capacity"))
-    gpu_node = om.is_gpu_node(labels)
-    findings = []
     running = [o.name for o in om.OPERANDS if any(is_running(p) for p in pods_by_operand.get(o.name, ()))]
     report = {
-        "node": name, "gpu_node": gpu_node, "workload_config": None,
+        "node": meta.get("name"), "gpu_node": om.is_gpu_node(labels), "workload_config": None,
         "workload_label": labels.get(om.WORKLOAD_CONFIG_LABEL), "expected_operands": [],
         "running_operands": running, "not_running": {}, "operand_states": {},
-        "advertised": advertised, "capacity": capacity, "untolerated_taints": [], "layer_failures": [],
+        "advertised": om.gpu_resources(status.get("allocatable")), "capacity": om.gpu_resources(status.get("capacity")),
+        "untolerated_taints": [], "layer_failures": [],
     }
+    advertised = report["advertised"]
 
-    if not gpu_node:
-        for o in om.OPERANDS:
-            present = [p for p in pods_by_operand.get(o.name, ()) if is_present(p)]
-            if present:
-                findings.append((UNEXPECTED_OPERAND, ERROR, o.name,
-                                 "%s has a pod here (%s) but the node is not a GPU node"
-                                 % (o.name, _meta(present[0]).get("name"))))
+    if not report["gpu_node"]:
+        findings = _unexpected_operands(pods_by_operand, lambda o: "the node is not a GPU node")
         if advertised:
             findings.append((RESOURCE_MISMATCH, WARNING, None,
                              "advertises %s but is not a GPU node (no %s or NFD GPU label): not the GPU "
                              "Operator's resources" % (", ".join(sorted(advertised)), om.GPU_PRESENT_LABEL)))
         return _finish(report, findings, [])
 
-    config, label, findings = _workload(labels, policy_)
-    report["workload_config"] = config
+    config, findings = _workload(labels, policy_)
     states = dict((o.name, om.operand_state_on_node(o, labels, policy_, config)) for o in om.OPERANDS)
-    report["operand_states"] = dict((k, v) for k, v in states.items() if v != "n/a")
     expected = [n for n in chains[config] if states[n] == "expected"]
+    report["workload_config"] = config
+    report["operand_states"] = dict((k, v) for k, v in states.items() if v != "n/a")
     report["expected_operands"] = expected
 
-    blocked = {}
-    taints = (node.get("spec") or {}).get("taints")
-    if taints and expected:
-        for operand_name in expected:
-            if operand_name in tolerations:
-                bad = om.untolerated_taints(taints, tolerations[operand_name])
-            else:
-                bad = om.untolerated_taints(taints)
-            if bad:
-                blocked[operand_name] = ", ".join(_taint_text(t) for t in bad)
-        if blocked:
-            texts = sorted(set(blocked.values()))
-            report["untolerated_taints"] = texts
-            who = ("the operand DaemonSets" if len(blocked) == len(expected)
-                   else "the DaemonSets of " + ", ".join(blocked))
-            # Pods already running stay (NoSchedule evicts nothing) but are not replaced
-            # once deleted: a warning until one of them is actually missing.
-            if all(name in running for name in blocked):
-                findings.append((UNTOLERATED_TAINT, WARNING, None, "taint %s is not tolerated by %s: their pods run "
-                                 "now but will not be placed here again once deleted" % ("; ".join(texts), who)))
-            else:
-                findings.append((UNTOLERATED_TAINT, ERROR, None, "taint %s is not tolerated by %s: their pods will "
-                                 "never be placed on this node" % ("; ".join(texts), who)))
+    blocked = _blocked_operands((node.get("spec") or {}).get("taints"), expected, tolerations)
+    if blocked:
+        report["untolerated_taints"] = sorted(set(blocked.values()))
+        findings.append(_taint_finding(blocked, expected, running))
 
+    not_running = report["not_running"] = _not_running(expected, running, pods_by_operand, blocked)
     layer_failures = []
-    for operand_name in expected:
-        if operand_name in running:
-            continue
-        pods = pods_by_operand.get(operand_name)
-        if pods:
-            reason = _describe(pods)
-        elif operand_name in blocked:
-            reason = "no pod: taint %s not tolerated" % blocked[operand_name]
-        else:
-            reason = "no pod"
-        report["not_running"][operand_name] = reason
+    for operand_name, reason in not_running.items():
         findings.append((MISSING_OPERAND, ERROR, operand_name, "%s is not running: %s" % (operand_name, reason)))
         layer_failures.append((om.operand(operand_name).layer, operand_name, reason))
+    findings.extend(_order_violations(chains[config], states, running, not_running))
+    findings.extend(_unexpected_operands(pods_by_operand, lambda o: None if states[o.name] == "expected" else (
+        _why_not_expected(o, states[o.name], config, labels))))
 
-    for operand_name in chains[config]:
-        if operand_name not in running or states[operand_name] != "expected":
-            continue
-        waiting_for = [d for d in _nearest_expected(operand_name, states) if d not in running]
-        if waiting_for:
-            findings.append((ORDER_VIOLATION, ERROR, operand_name, "%s runs while %s, which it depends on, does not (%s)" % (
-                operand_name, ", ".join(waiting_for), "; ".join(report["not_running"][d] for d in waiting_for))))
-
-    for o in om.OPERANDS:
-        state = states[o.name]
-        if state == "expected":
-            continue
-        present = [p for p in pods_by_operand.get(o.name, ()) if is_present(p)]
-        if present:
-            findings.append((UNEXPECTED_OPERAND, ERROR, o.name, "%s has a pod here (%s) but %s" % (
-                o.name, _meta(present[0]).get("name"), _why_not_expected(o, state, config, labels))))
-
-    resource_findings, allocatable_failures = _resource_findings(config, advertised, capacity, states, running, labels)
+    resource_findings, allocatable_failures = _resource_findings(
+        config, advertised, report["capacity"], states, running, labels)
     findings.extend(resource_findings)
     layer_failures.extend((om.LAYER_ALLOCATABLE, plugin, reason) for plugin, reason in allocatable_failures)
     return _finish(report, findings, layer_failures)

@@ -329,7 +329,11 @@ def run(params):
             policy = node_check.policy_from_inputs(snapshot["clusterpolicies"], overrides, snapshot["daemonsets"])
         else:
             snapshot, policy = read_cluster(params, overrides)
-        return node_check.check(snapshot, policy, params.get("nodes"))
+        result = node_check.check(snapshot, policy, params.get("nodes"))
+        # Freed while the collector is still paused: its first run afterwards would walk
+        # every object allocated meanwhile, the whole snapshot included.
+        del snapshot
+    return result
 
 
 def main():
