@@ -1,0 +1,365 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuplatform.rke2 contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Step 2 of the ADR: one site file -> the site's Ansible inventory.
+
+``validate(site)`` checks the whole site file and raises SiteError listing every
+problem, each naming its key (``nodes[2].gpu.workload_config``); ``render(site,
+source)`` returns the files of ``inventories/<site>/`` as text. Pure: the module
+``site_inventory`` reads and writes the files.
+
+The inventory is the contract the roles read (docs/rke2.md): groups ``rke2_servers``
+(first host = first server), ``rke2_agents``, ``gpu_nodes``; per host ``ansible_host``,
+``host_network_*``, ``k8s_node_name``, ``rke2_node_labels``/``rke2_node_taints`` and the
+``gpu_*`` variables; site-wide ``site_name``, ``gpu_models``, the ``gpu_operator_*``
+decisions and the ``rke2_*``/``host_network_*`` settings in ``group_vars/all.yml``.
+
+The site file's top-level keys are valid variable names (``site``, ``nodes``), so
+linters that read it as a vars file accept it.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import ipaddress
+import re
+
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2
+
+SCHEMA_VERSION = 1
+SERVERS, AGENTS, GPU_NODES = "rke2_servers", "rke2_agents", "gpu_nodes"
+HOSTS_FILE = "hosts.yml"
+GROUP_VARS_FILE = "group_vars/all.yml"
+ARTIFACT_SOURCES = ("online", "local")
+NETWORK_BACKENDS = ("auto", "netplan", "networkmanager")
+
+_SITE_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_INTERFACE_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
+
+# Allowed keys per mapping: typos fail instead of being ignored.
+_TOP_KEYS = ("schema", "site", "description", "network", "ansible", "rke2", "gpu_models", "gpu_operator", "nodes")
+_NETWORK_KEYS = ("cidr", "gateway", "dns_servers", "dns_search", "interface", "backend")
+_ANSIBLE_KEYS = ("user", "become", "python_interpreter")
+_RKE2_KEYS = ("version", "api_address", "tls_san", "cni", "system_default_registry", "registries", "profile",
+              "config_extra", "artifacts")
+_ARTIFACT_KEYS = ("source", "dir", "images")
+_HOST_KEYS = ("name", "role", "address", "ansible_host", "interface", "backend", "node_name", "labels", "taints", "gpu")
+_GPU_KEYS = ("workload_config", "model", "pci_device_name", "count", "vgpu_config", "operands_disabled", "isolated")
+_GPU_MODEL_KEYS = ("pci_vendor_selector", "pci_device_name", "memory_gb")
+_PCI_SELECTOR_RE = re.compile(r"^[0-9A-Fa-f]{4}:[0-9A-Fa-f]{4}$")
+_VAR_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class SiteError(ValueError):
+    """The site file is wrong; ``problems`` lists every finding, each naming its key."""
+
+    def __init__(self, source, problems):
+        super(SiteError, self).__init__("%s: %s" % (source, "; ".join(problems)))
+        self.problems = problems
+
+
+class _Checker(object):
+    def __init__(self):
+        self.problems = []
+
+    def fail(self, where, message):
+        self.problems.append("%s: %s" % (where, message))
+
+    def mapping(self, value, where, allowed, required=()):
+        if not isinstance(value, dict):
+            self.fail(where, "must be a mapping")
+            return {}
+        for key in sorted(set(value) - set(allowed)):
+            self.fail("%s.%s" % (where, key) if where else key, "unknown key (allowed: %s)" % ", ".join(allowed))
+        for key in required:
+            if value.get(key) in (None, "", [], {}):
+                self.fail("%s.%s" % (where, key) if where else key, "is required")
+        return value
+
+    def string_list(self, value, where):
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            self.fail(where, "must be a list of strings")
+            return []
+        return value
+
+    def ip(self, value, where):
+        try:
+            return ipaddress.ip_address(str(value))
+        except ValueError:
+            self.fail(where, "%r is not an IP address" % (value,))
+            return None
+
+    def guarded(self, where, function, *args):
+        try:
+            return function(*args)
+        except ValueError as exc:
+            message = str(exc)
+            # Messages that already start with the key need no second copy of it.
+            self.problems.append(message if message.startswith(where) else "%s: %s" % (where, message))
+            return None
+
+
+def _network(check, site):
+    net = check.mapping(site.get("network"), "network", _NETWORK_KEYS, ("cidr", "gateway", "dns_servers"))
+    cidr = None
+    if net.get("cidr"):
+        try:
+            cidr = ipaddress.ip_network(str(net["cidr"]), strict=True)
+        except ValueError as exc:
+            check.fail("network.cidr", str(exc))
+    gateway = check.ip(net["gateway"], "network.gateway") if net.get("gateway") else None
+    if cidr and gateway and gateway not in cidr:
+        check.fail("network.gateway", "%s is outside %s" % (gateway, cidr))
+    for index, server in enumerate(check.string_list(net.get("dns_servers"), "network.dns_servers")):
+        check.ip(server, "network.dns_servers[%d]" % index)
+    check.string_list(net.get("dns_search"), "network.dns_search")
+    if net.get("backend") not in (None,) + NETWORK_BACKENDS:
+        check.fail("network.backend", "%r is not one of %s" % (net["backend"], ", ".join(NETWORK_BACKENDS)))
+    return net, cidr, gateway
+
+
+def _gpu_models(check, site):
+    models = site.get("gpu_models")
+    if models is None:
+        return {}
+    if not isinstance(models, dict) or not models:
+        check.fail("gpu_models", "must be a mapping of model name to {pci_vendor_selector, pci_device_name, memory_gb}")
+        return {}
+    for name, model in models.items():
+        where = "gpu_models.%s" % name
+        model = check.mapping(model, where, _GPU_MODEL_KEYS, _GPU_MODEL_KEYS)
+        selector = model.get("pci_vendor_selector")
+        if selector and not _PCI_SELECTOR_RE.match(str(selector)):
+            check.fail(where + ".pci_vendor_selector", "%r is not VVVV:DDDD (for example 10DE:2236)" % selector)
+        memory = model.get("memory_gb")
+        if memory is not None and (isinstance(memory, bool) or not isinstance(memory, int) or memory < 1):
+            check.fail(where + ".memory_gb", "must be a whole number of GB, got %r" % (memory,))
+    return models
+
+
+def _gpu(check, gpu, where, models):
+    gpu = check.mapping(gpu, where, _GPU_KEYS, ("workload_config",))
+    config = gpu.get("workload_config")
+    if config and config not in om.WORKLOAD_CONFIGS:
+        check.fail(where + ".workload_config", "%r is not one of %s" % (config, ", ".join(om.WORKLOAD_CONFIGS)))
+    model = gpu.get("model")
+    if model is not None and models and model not in models:
+        check.fail(where + ".model", "%r is not one of gpu_models (%s)" % (model, ", ".join(sorted(models))))
+    count = gpu.get("count")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+        check.fail(where + ".count", "must be a whole number of at least 1, got %r" % (count,))
+    pci = gpu.get("pci_device_name") or ((models or {}).get(model) or {}).get("pci_device_name")
+    if config == om.VM_PASSTHROUGH:
+        if not pci:
+            check.fail(where + ".pci_device_name", "is required for vm-passthrough, here or in the model's gpu_models "
+                       "entry (it names the resource, for example 'GA102GL [A10]' -> nvidia.com/GA102GL_A10)")
+        elif om.resource_workload_config(om.passthrough_resource_name(pci)) != om.VM_PASSTHROUGH:
+            check.fail(where + ".pci_device_name", "%r does not name a passthrough device" % pci)
+    profile = gpu.get("vgpu_config")
+    if config == om.VM_VGPU:
+        if not profile:
+            check.fail(where + ".vgpu_config", "is required for vm-vgpu (a profile such as A10-12Q)")
+        elif om.resource_workload_config(om.vgpu_resource_name(om.vgpu_type_name(profile))) != om.VM_VGPU:
+            check.fail(where + ".vgpu_config", "%r is not a vGPU profile such as A10-12Q" % profile)
+    elif profile:
+        check.fail(where + ".vgpu_config", "is only used with workload_config vm-vgpu")
+    for index, operand in enumerate(check.string_list(gpu.get("operands_disabled"), where + ".operands_disabled")):
+        if operand not in om.OPERAND_NAMES:
+            check.fail("%s.operands_disabled[%d]" % (where, index), "%r is not an operand (%s)"
+                       % (operand, ", ".join(om.OPERAND_NAMES)))
+    if gpu.get("isolated") is not None and not isinstance(gpu["isolated"], bool):
+        check.fail(where + ".isolated", "must be true or false")
+    return gpu
+
+
+def _hosts(check, site, cidr, gateway, models):
+    hosts = site.get("nodes")
+    if not isinstance(hosts, list) or not hosts:
+        check.fail("nodes", "must be a non-empty list")
+        return []
+    seen = {"name": {}, "node_name": {}, "address": {}}
+    result = []
+    for index, host in enumerate(hosts):
+        where = "nodes[%d]" % index
+        host = check.mapping(host, where, _HOST_KEYS, ("name", "role", "address"))
+        if not host:
+            continue
+        name = host.get("name")
+        if name:
+            check.guarded(where + ".name", rke2.check_node_name, name, "host name")
+        node_name = host.get("node_name") or name
+        if host.get("node_name"):
+            check.guarded(where + ".node_name", rke2.check_node_name, host["node_name"], "node name")
+        if host.get("role") not in (None,) + rke2.NODE_ROLES:
+            check.fail(where + ".role", "%r is not one of %s" % (host["role"], ", ".join(rke2.NODE_ROLES)))
+        address = check.ip(host["address"], where + ".address") if host.get("address") else None
+        if address and cidr:
+            if address not in cidr:
+                check.fail(where + ".address", "%s is outside network.cidr %s" % (address, cidr))
+            elif cidr.num_addresses > 2 and address in (cidr.network_address, cidr.broadcast_address):
+                check.fail(where + ".address", "%s is the network or broadcast address of %s" % (address, cidr))
+            elif address == gateway:
+                check.fail(where + ".address", "%s is the gateway" % address)
+        for key, value in (("name", name), ("node_name", node_name), ("address", address)):
+            if value is None:
+                continue
+            if value in seen[key]:
+                check.fail(where + "." + key, "%s is also %s's" % (value, seen[key][value]))
+            else:
+                seen[key][value] = where
+        if host.get("interface") and not _INTERFACE_RE.match(str(host["interface"])):
+            check.fail(where + ".interface", "%r is not an interface name" % host["interface"])
+        if host.get("backend") not in (None,) + NETWORK_BACKENDS:
+            check.fail(where + ".backend", "%r is not one of %s" % (host["backend"], ", ".join(NETWORK_BACKENDS)))
+        check.guarded(where + ".labels", rke2.node_label_args, host.get("labels") or {}, where + ".labels")
+        check.guarded(where + ".taints", rke2.node_taint_args, host.get("taints") or [], where + ".taints")
+        if host.get("gpu") is not None:
+            _gpu(check, host["gpu"], where + ".gpu", models)
+        result.append(host)
+    if not any(h.get("role") == rke2.SERVER for h in result):
+        check.fail("nodes", "no node has role server: a cluster needs at least one")
+    return result
+
+
+def _rke2(check, site):
+    conf = check.mapping(site.get("rke2"), "rke2", _RKE2_KEYS, ("version",))
+    if conf.get("version"):
+        check.guarded("rke2.version", rke2.parse_version, conf["version"], "rke2.version")
+    if conf.get("cni") is not None:
+        check.guarded("rke2.cni", rke2.cni_value, conf["cni"], "rke2.cni")
+    check.string_list(conf.get("tls_san"), "rke2.tls_san")
+    for key in ("registries", "config_extra"):
+        if conf.get(key) is not None and not isinstance(conf[key], dict):
+            check.fail("rke2." + key, "must be a mapping")
+    if conf.get("artifacts") is not None:
+        artifacts = check.mapping(conf["artifacts"], "rke2.artifacts", _ARTIFACT_KEYS, ("source",))
+        source = artifacts.get("source")
+        if source and source not in ARTIFACT_SOURCES:
+            check.fail("rke2.artifacts.source", "%r is not one of %s" % (source, ", ".join(ARTIFACT_SOURCES)))
+        if source == "local" and not artifacts.get("dir"):
+            check.fail("rke2.artifacts.dir", "is required when source is local")
+        check.string_list(artifacts.get("images"), "rke2.artifacts.images")
+    return conf
+
+
+def validate(site, source="site file"):
+    """The site file, checked; raises SiteError listing every problem. Returns the
+    warnings (advice that does not stop rendering)."""
+    check = _Checker()
+    check.mapping(site, "", _TOP_KEYS, ("site", "network", "rke2", "nodes"))
+    if not isinstance(site, dict):
+        raise SiteError(source, check.problems)
+    if site.get("schema", SCHEMA_VERSION) != SCHEMA_VERSION:
+        check.fail("schema", "version %r is not supported (this collection reads %d)" % (site["schema"], SCHEMA_VERSION))
+    if site.get("site") and not _SITE_NAME_RE.match(str(site["site"])):
+        check.fail("site", "%r must be a lower-case DNS label (it names the kubeconfig context)" % site["site"])
+    _net, cidr, gateway = _network(check, site)
+    models = _gpu_models(check, site)
+    hosts = _hosts(check, site, cidr, gateway, models)
+    _rke2(check, site)
+    # The GPU Operator decisions pass through as gpu_operator_<key>: the gpu_operator role checks their values.
+    operator = site.get("gpu_operator")
+    if operator is not None and not isinstance(operator, dict):
+        check.fail("gpu_operator", "must be a mapping of the gpu_operator role's settings without their prefix")
+    for key in (operator if isinstance(operator, dict) else {}):
+        if not _VAR_NAME_RE.match(str(key)):
+            check.fail("gpu_operator.%s" % key, "is not a variable name (it becomes gpu_operator_%s)" % key)
+    check.mapping(site.get("ansible") or {}, "ansible", _ANSIBLE_KEYS)
+    if check.problems:
+        raise SiteError(source, check.problems)
+    warnings = []
+    servers = [h for h in hosts if h["role"] == rke2.SERVER]
+    if len(servers) % 2 == 0:
+        warnings.append("%d servers: etcd needs a majority, so an even count tolerates no more failures than one "
+                        "server fewer; use 1 or 3" % len(servers))
+    return warnings
+
+
+def _host_vars(host, net, prefixlen):
+    host_vars = {"ansible_host": host.get("ansible_host") or host["address"]}
+    if host.get("node_name") and host["node_name"] != host["name"]:
+        host_vars["k8s_node_name"] = host["node_name"]
+    interface = host.get("interface") or net.get("interface")
+    if interface:
+        host_vars["host_network_interface"] = interface
+    host_vars["host_network_address"] = "%s/%d" % (host["address"], prefixlen)
+    if host.get("backend"):
+        host_vars["host_network_backend"] = host["backend"]
+    if host.get("labels"):
+        host_vars["rke2_node_labels"] = dict((k, str(v)) for k, v in sorted(host["labels"].items()))
+    if host.get("taints"):
+        host_vars["rke2_node_taints"] = host["taints"]
+    return host_vars
+
+
+def _gpu_vars(gpu):
+    gpu_vars = {"gpu_workload_config": gpu["workload_config"]}
+    for key in ("model", "pci_device_name", "count", "vgpu_config", "operands_disabled"):
+        if gpu.get(key) not in (None, []):
+            gpu_vars["gpu_" + key] = gpu[key]
+    if gpu.get("isolated"):
+        gpu_vars["gpu_node_isolated"] = True
+    return gpu_vars
+
+
+def _group_vars(site):
+    net, conf, ansible = site["network"], site["rke2"], site.get("ansible") or {}
+    servers = [h for h in site["nodes"] if h["role"] == rke2.SERVER]
+    group_vars = {"site_name": site["site"]}
+    for key in ("user", "become", "python_interpreter"):
+        if ansible.get(key) is not None:
+            group_vars["ansible_" + key] = ansible[key]
+    group_vars["host_network_gateway"] = str(net["gateway"])
+    group_vars["host_network_dns_servers"] = [str(s) for s in net["dns_servers"]]
+    if net.get("dns_search"):
+        group_vars["host_network_dns_search"] = net["dns_search"]
+    if net.get("backend"):
+        group_vars["host_network_backend"] = net["backend"]
+    group_vars["rke2_version"] = conf["version"]
+    group_vars["rke2_api_address"] = str(conf.get("api_address") or servers[0]["address"])
+    artifacts = conf.get("artifacts") or {}
+    if artifacts.get("source"):
+        group_vars["rke2_artifact_source"] = artifacts["source"]
+    if artifacts.get("dir"):
+        group_vars["rke2_artifact_dir"] = artifacts["dir"]
+    if artifacts.get("images") is not None:
+        group_vars["rke2_images"] = artifacts["images"]
+    for key in ("cni", "tls_san", "system_default_registry", "registries", "profile", "config_extra"):
+        if conf.get(key) not in (None, "", [], {}):
+            group_vars["rke2_" + key] = conf[key]
+    if site.get("gpu_models"):
+        group_vars["gpu_models"] = site["gpu_models"]
+    for key, value in (site.get("gpu_operator") or {}).items():
+        group_vars["gpu_operator_" + key] = value
+    return group_vars
+
+
+def inventory(site):
+    """(hosts.yml content, group_vars/all.yml content) as plain data, for a valid site."""
+    prefixlen = ipaddress.ip_network(str(site["network"]["cidr"])).prefixlen
+    groups = {SERVERS: {}, AGENTS: {}, GPU_NODES: {}}
+    for host in site["nodes"]:
+        group = SERVERS if host["role"] == rke2.SERVER else AGENTS
+        groups[group][host["name"]] = _host_vars(host, site["network"], prefixlen)
+        if host.get("gpu"):
+            groups[GPU_NODES][host["name"]] = _gpu_vars(host["gpu"])
+    hosts = {"all": {"children": dict((name, {"hosts": members}) for name, members in
+                                      ((SERVERS, groups[SERVERS]), (AGENTS, groups[AGENTS]), (GPU_NODES, groups[GPU_NODES])))}}
+    return hosts, _group_vars(site)
+
+
+def header(source):
+    return ("# Rendered from %s by `make inventory/render` (gpuplatform.rke2.site_inventory).\n"
+            "# Do not edit: change the site file and render again.\n---\n" % source)
+
+
+def render(site, source, dump):
+    """{relative path: text} of the inventory directory. ``dump`` turns data into YAML
+    text (the caller's YAML library), so this module stays free of imports beyond the
+    standard library."""
+    hosts, group_vars = inventory(site)
+    return {HOSTS_FILE: header(source) + dump(hosts), GROUP_VARS_FILE: header(source) + dump(group_vars)}

@@ -1,0 +1,134 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuplatform.rke2 contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: node_ready_wait
+short_description: Wait until Kubernetes nodes are Ready, optionally on a given kubelet version
+version_added: 0.1.0
+description:
+  - Watches the named Node objects through the Kubernetes API (one list and one watch, not polling) until each has
+    registered and reports C(Ready=True), and, with O(kubelet_version), runs that kubelet version.
+  - Rides through API server restarts (an RKE2 server restarting after an upgrade) within one overall O(timeout).
+  - Fails at the deadline naming each node that is not ready and why (not registered, C(Ready=False) with the
+    kubelet's reason, an old kubelet version).
+author:
+  - gpuplatform.rke2 maintainers (@gpuplatform)
+options:
+  names:
+    description:
+      - The node names to wait for.
+    type: list
+    elements: str
+    required: true
+  kubelet_version:
+    description:
+      - The kubelet version each node must report in C(status.nodeInfo.kubeletVersion); an RKE2 node reports the RKE2
+        release, for example C(v1.34.1+rke2r1). Used to tell an upgraded node from one still running the old release.
+    type: str
+  timeout:
+    description:
+      - Seconds to wait in all.
+    type: int
+    default: 600
+extends_documentation_fragment:
+  - gpuplatform.rke2.k8s_connection
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reads only; waits in check mode too.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+"""
+
+EXAMPLES = r"""
+- name: Wait for the node this play installed
+  gpuplatform.rke2.node_ready_wait:
+    names: [tirosh-gpu-1]
+    kubelet_version: v1.34.1+rke2r1
+    context: tirosh-home
+    timeout: 900
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+nodes:
+  description: The last state of each node.
+  returned: always
+  type: dict
+  sample: {"tirosh-gpu-1": {"ready": true, "state": "Ready (kubelet v1.34.1+rke2r1)"}}
+elapsed:
+  description: Seconds the wait took.
+  returned: always
+  type: float
+api_requests:
+  description: List and watch requests the wait made.
+  returned: always
+  type: dict
+  sample: {"list": 1, "watch": 1, "total": 2}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import k8s_wait
+from ansible_collections.gpuplatform.rke2.plugins.module_utils.k8s_connection import connection_arg_spec
+from ansible_collections.gpuplatform.rke2.plugins.module_utils.rke2 import check_node_name, nodes_ready, not_ready_message
+
+NODES = "nodes"
+
+
+def wait(api, names, kubelet_version, timeout):
+    """Watch the nodes until ready or the deadline: (done, nodes_ready's states, WaitResult)."""
+    if len(names) == 1:
+        resources = [k8s_wait.by_name(NODES, "v1", "nodes", names[0])]
+    else:
+        resources = [k8s_wait.resource(NODES, "v1", "nodes")]
+
+    def condition(cache):
+        return nodes_ready(k8s_wait.objects(cache, NODES), names, kubelet_version)
+
+    result = k8s_wait.Waiter(api, resources, timeout).wait(condition)
+    return result.done, result.detail, result
+
+
+def main():
+    spec = connection_arg_spec()
+    spec.update(
+        names=dict(type="list", elements="str", required=True),
+        kubelet_version=dict(type="str"),
+        timeout=dict(type="int", default=600),
+    )
+    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
+    names = module.params["names"]
+    if not names:
+        module.fail_json(msg="names must list at least one node")
+    try:
+        for name in names:
+            check_node_name(name, "names:")
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    if module.params["timeout"] < 0:
+        module.fail_json(msg="timeout must be zero or more seconds, got %d" % module.params["timeout"])
+    try:
+        api = k8s_wait.connect(module.params)
+        done, details, result = wait(api, names, module.params["kubelet_version"], module.params["timeout"])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    except k8s_wait.WaitFailed as exc:
+        module.fail_json(msg="waiting for nodes %s: %s" % (", ".join(names), exc))
+    report = dict(changed=False, nodes=details, elapsed=result.elapsed, api_requests=result.api_requests)
+    if not done:
+        module.fail_json(msg=not_ready_message(details, module.params["timeout"], result.stale), **report)
+    module.exit_json(**report)
+
+
+if __name__ == "__main__":
+    main()
