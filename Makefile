@@ -16,6 +16,8 @@ COLL_LINK := $(COLL_ROOT)/ansible_collections/gpuplatform/rke2
 SITE      ?= tirosh-home
 LAB_DIR   := $(ROOT)/.lab
 KUBECONFIG_LAB := $(LAB_DIR)/kubeconfig
+SANITY_DIR := $(or $(TMPDIR),/tmp)/gpuplatform-rke2-sanity-$(shell printf '%s' "$(ROOT)" | sha256sum | cut -c1-8)
+SANITY_COLL := $(SANITY_DIR)/ansible_collections/gpuplatform/rke2
 
 export ANSIBLE_CONFIG := $(ROOT)/ansible.cfg
 export ANSIBLE_COLLECTIONS_PATH := $(COLL_ROOT)
@@ -89,13 +91,14 @@ lint: venv ## ansible-lint with the production profile
 
 sanity: venv ## ansible-test sanity on a copy of the collection in an ansible_collections tree
 	$(call say,ansible-test sanity)
-	@rm -rf .build/sanity && mkdir -p .build/sanity/ansible_collections/gpuplatform/rke2
-	@git ls-files -z --cached --others --exclude-standard | \
-	  xargs -0 -I{} cp --parents {} .build/sanity/ansible_collections/gpuplatform/rke2/ 2>/dev/null || true
+	@# The copy lives outside this checkout: inside it, git would report the copy as ignored
+	@# files and ansible-test would skip every target.
+	@rm -rf $(SANITY_DIR) && mkdir -p $(SANITY_COLL)
+	@git ls-files -z --cached --others --exclude-standard | xargs -0 -I{} cp --parents {} $(SANITY_COLL)/ 2>/dev/null || true
 	@pip_version=$$($(PY) -c 'import inspect, re, ansible_test._internal.python_requirements as m; print(re.search(r"pip=.([0-9.]+)", inspect.getsource(m)).group(1))'); \
-	  mkdir -p .build/sanity-home/.ansible/test/cache; \
-	  cp scripts/ansible-test-get-pip.py .build/sanity-home/.ansible/test/cache/get_pip_$${pip_version//./_}.py
-	cd .build/sanity/ansible_collections/gpuplatform/rke2 && \
+	  mkdir -p $(ROOT)/.build/sanity-home/.ansible/test/cache; \
+	  cp scripts/ansible-test-get-pip.py $(ROOT)/.build/sanity-home/.ansible/test/cache/get_pip_$${pip_version//./_}.py
+	cd $(SANITY_COLL) && \
 	  HOME=$(ROOT)/.build/sanity-home PATH=$(BIN):$$PATH $(BIN)/ansible-test sanity --color no \
 	    --python $$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 
@@ -122,9 +125,8 @@ build-collection: venv ## build the collection tarball, install it, render every
 
 # ---------------------------------------------------------------- demo
 .PHONY: demo
-demo: venv lab-build ## the main job on the lab: operator, labels, verify, and the seeds' stories
-	$(PY) -m tests.lab.labctl up
-	PATH=$(BIN):$$PATH $(BIN)/ansible-playbook -i inventories/lab/hosts.yml site.yml --tags gpu -e site_name=lab
+demo: venv lab-build ## the main job on the lab: labels, GPU Operator, verification, report, the seeds' stories
+	$(PY) scripts/demo.py
 
 # Per-area targets (checks, waits, roles, RKE2 steps, air-gap) live in mk/*.mk.
 -include $(sort $(wildcard mk/*.mk))

@@ -316,20 +316,21 @@ def _workload(labels, policy_):
                              "%s=%s is ignored: sandbox workloads are disabled, so the operator runs the "
                              "container operands here" % (om.WORKLOAD_CONFIG_LABEL, label)))
         return config, findings
-    if config in om.WORKLOAD_CONFIGS:
+    if label not in (None, "") and label not in om.WORKLOAD_CONFIGS:
+        source = "%s=%s" % (om.WORKLOAD_CONFIG_LABEL, label)
+    elif label in (None, "") and policy_["default_workload"] not in om.WORKLOAD_CONFIGS:
+        source = "the default workload %r" % policy_["default_workload"]
+    else:
         return config, findings
     # The operator logs a warning and applies its default workload (container when the
-    # ClusterPolicy's defaultWorkload is itself invalid).
-    fallback = policy_["default_workload"] if policy_["default_workload"] in om.WORKLOAD_CONFIGS else om.CONTAINER
-    source = ("%s=%s" % (om.WORKLOAD_CONFIG_LABEL, label) if label
-              else "the default workload %r" % policy_["default_workload"])
+    # ClusterPolicy's defaultWorkload is itself invalid): operand_model says which.
     findings.append((UNKNOWN_WORKLOAD_CONFIG, ERROR, None,
                      "%s is not a workload config (one of: %s); the operator applies %s instead"
-                     % (source, ", ".join(om.WORKLOAD_CONFIGS), fallback)))
-    return fallback, findings
+                     % (source, ", ".join(om.WORKLOAD_CONFIGS), config)))
+    return config, findings
 
 
-def _resource_findings(config, advertised, capacity, states, running, labels):
+def _resource_findings(config, advertised, capacity, states, running, labels, blocked=()):
     """(findings, allocatable layer failures) for what a GPU node advertises."""
     findings, failures = [], []
     by_config = {}
@@ -356,7 +357,7 @@ def _resource_findings(config, advertised, capacity, states, running, labels):
                 message = "advertises %s but %s=%s produces %s" % (name, om.VGPU_CONFIG_LABEL, profile, wanted)
                 findings.append((RESOURCE_MISMATCH, ERROR, plugin, message))
                 failures.append((plugin, message))
-    if states.get(plugin) == "expected" and not by_config.get(config):
+    if states.get(plugin) == "expected" and not by_config.get(config) and plugin not in blocked:
         seen = ", ".join("%s=%s" % kv for kv in sorted(capacity.items())) or "none"
         message = "no %s allocatable (capacity: %s)" % (wanted, seen)
         if plugin in running:
@@ -381,14 +382,18 @@ def _blocked_operands(taints, expected, tolerations):
 
 
 def _taint_finding(blocked, expected, running):
+    # A warning, not an error: a taint the operands do not tolerate is how a site reserves
+    # a GPU node (dedicated=training), and the operator itself reports Ready without it.
+    # The node stays visible: its operands are listed as missing (warnings too), so it never
+    # drops out of the count the way it drops out of desiredNumberScheduled.
     texts = "; ".join(sorted(set(blocked.values())))
     who = "the operand DaemonSets" if len(blocked) == len(expected) else "the DaemonSets of " + ", ".join(blocked)
     if all(name in running for name in blocked):
         # NoSchedule evicts nothing: the pods stay until deleted, then never come back.
         return (UNTOLERATED_TAINT, WARNING, None, "taint %s is not tolerated by %s: their pods run now but will "
                 "not be placed here again once deleted" % (texts, who))
-    return (UNTOLERATED_TAINT, ERROR, None, "taint %s is not tolerated by %s: their pods will never be placed on "
-            "this node" % (texts, who))
+    return (UNTOLERATED_TAINT, WARNING, None, "taint %s is not tolerated by %s: their pods will never be placed on "
+            "this node (add a toleration to the chart's daemonsets.tolerations to serve it)" % (texts, who))
 
 
 def _not_running(expected, running, pods_by_operand, blocked):
@@ -469,6 +474,10 @@ def _evaluate_node(node, pods_by_operand, policy_, tolerations, chains):
     not_running = report["not_running"] = _not_running(expected, running, pods_by_operand, blocked)
     layer_failures = []
     for operand_name, reason in not_running.items():
+        if operand_name in blocked and not pods_by_operand.get(operand_name):
+            # Kept off by the node's taint: missing, reported, but no broken layer.
+            findings.append((MISSING_OPERAND, WARNING, operand_name, "%s is not running: %s" % (operand_name, reason)))
+            continue
         findings.append((MISSING_OPERAND, ERROR, operand_name, "%s is not running: %s" % (operand_name, reason)))
         layer_failures.append((om.operand(operand_name).layer, operand_name, reason))
     findings.extend(_order_violations(chains[config], states, running, not_running))
@@ -476,7 +485,7 @@ def _evaluate_node(node, pods_by_operand, policy_, tolerations, chains):
         _why_not_expected(o, states[o.name], config, labels))))
 
     resource_findings, allocatable_failures = _resource_findings(
-        config, advertised, report["capacity"], states, running, labels)
+        config, advertised, report["capacity"], states, running, labels, blocked)
     findings.extend(resource_findings)
     layer_failures.extend((om.LAYER_ALLOCATABLE, plugin, reason) for plugin, reason in allocatable_failures)
     return _finish(report, findings, layer_failures)

@@ -197,33 +197,36 @@ def _lookup(mapping, path, default):
     return mapping
 
 
-def policy_from_spec(spec, namespace=None):
-    """The settings that decide the model, from chart values or a ClusterPolicy spec
-    (they share their keys). Missing keys take the chart defaults."""
-    spec = spec or {}
-    enabled = {}
-    for o in OPERANDS:
-        enabled[o.name] = bool(_lookup(spec, o.values_key + ".enabled", o.enabled_by_default))
-    sandbox = bool(_lookup(spec, "sandboxWorkloads.enabled", CHART_DEFAULTS["sandbox_workloads_enabled"]))
+def _apply_sandbox_rule(enabled, sandbox):
+    """The operator deploys no sandbox operand while sandbox workloads are off."""
     if not sandbox:
-        # The operator deploys no sandbox operand when sandbox workloads are off.
         for o in OPERANDS:
             if CONTAINER not in o.workload_configs:
                 enabled[o.name] = False
-    return {
-        "namespace": namespace or DEFAULT_NAMESPACE,
-        "sandbox_workloads_enabled": sandbox,
+    return enabled
+
+
+def policy_from_spec(spec, namespace=None):
+    """The settings that decide the model, from chart values or a ClusterPolicy spec
+    (they share their keys). Missing keys take the chart defaults."""
+    return policy(spec=spec, overrides={"namespace": namespace})
+
+
+def policy(overrides=None, spec=None):
+    """A policy from a ClusterPolicy spec (or chart values) with explicit overrides on
+    top; keys of ``overrides`` whose value is None are ignored. Derived flags (the
+    driver and toolkit operands, the sandbox operands) follow the overrides."""
+    spec = spec or {}
+    enabled = dict((o.name, bool(_lookup(spec, o.values_key + ".enabled", o.enabled_by_default))) for o in OPERANDS)
+    result = {
+        "namespace": DEFAULT_NAMESPACE,
+        "sandbox_workloads_enabled": bool(_lookup(spec, "sandboxWorkloads.enabled",
+                                                  CHART_DEFAULTS["sandbox_workloads_enabled"])),
         "default_workload": _lookup(spec, "sandboxWorkloads.defaultWorkload", CONTAINER) or CONTAINER,
         "driver_enabled": enabled["driver"],
         "toolkit_enabled": enabled["container-toolkit"],
         "operands_enabled": enabled,
     }
-
-
-def policy(overrides=None, spec=None):
-    """A policy from a ClusterPolicy spec (or chart values) with explicit overrides on
-    top; keys of ``overrides`` whose value is None are ignored."""
-    result = policy_from_spec(spec)
     for key, value in (overrides or {}).items():
         if value is None:
             continue
@@ -233,7 +236,7 @@ def policy(overrides=None, spec=None):
     enabled = dict(result["operands_enabled"])
     enabled["driver"] = bool(result["driver_enabled"])
     enabled["container-toolkit"] = bool(result["toolkit_enabled"])
-    result["operands_enabled"] = enabled
+    result["operands_enabled"] = _apply_sandbox_rule(enabled, result["sandbox_workloads_enabled"])
     return result
 
 
@@ -241,15 +244,17 @@ def effective_workload_config(labels, policy_):
     """(config, label_value): the workload config the operator applies to a node.
 
     Sandbox workloads off: every node is ``container`` and the label is never read.
-    On: the label decides, a node without it gets the default workload. An unknown
-    label value is returned as the config so the caller can report it."""
+    On: a valid label decides; a node without it, or with a value the operator does not
+    know, gets the default workload (``container`` when that is not valid either), as
+    the operator does. The label value is returned so callers can report it."""
     labels = labels or {}
     value = labels.get(WORKLOAD_CONFIG_LABEL)
     if not policy_["sandbox_workloads_enabled"]:
         return CONTAINER, value
-    if value is None or value == "":
-        return policy_["default_workload"], value
-    return value, value
+    if value in WORKLOAD_CONFIGS:
+        return value, value
+    default = policy_["default_workload"]
+    return (default if default in WORKLOAD_CONFIGS else CONTAINER), value
 
 
 def operand_state_on_node(operand_, labels, policy_, config):
@@ -286,8 +291,6 @@ def expected_operands(labels, policy_):
     if not is_gpu_node(labels):
         return ()
     config = effective_workload_config(labels, policy_)[0]
-    if config not in WORKLOAD_CONFIGS:
-        return ()
     return tuple(o.name for o in OPERANDS
                  if operand_state_on_node(o, labels, policy_, config) == "expected")
 

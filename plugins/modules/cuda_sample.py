@@ -22,7 +22,7 @@ description:
   - The pods run unprivileged (C(runAsNonRoot), no privilege escalation, every capability dropped, the runtime's
     default seccomp profile) with C(restartPolicy=Never), so a failing sample ends C(Failed) instead of restarting.
 author:
-  - gpuplatform.rke2 contributors
+  - gpuplatform.rke2 maintainers (@gpuplatform)
 options:
   image:
     description:

@@ -28,7 +28,7 @@ description:
     Pod Security admission configuration from C(/etc/rancher/rke2/config.yaml) and C(config.yaml.d).
   - Files that exist but cannot be read are listed under C(errors); run it with privilege escalation.
 author:
-  - gpuplatform.rke2 contributors
+  - gpuplatform.rke2 maintainers (@gpuplatform)
 options:
   root:
     description:

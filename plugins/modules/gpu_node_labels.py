@@ -33,7 +33,7 @@ description:
   - The work is split into steps (O(step)) so that a role can run them as separate tasks; O(step=apply)
     does everything the earlier steps check, so it is safe on its own.
 author:
-  - gpuplatform.rke2 contributors
+  - gpuplatform.rke2 maintainers (@gpuplatform)
 extends_documentation_fragment:
   - gpuplatform.rke2.k8s_connection
 options:

@@ -23,7 +23,7 @@ description:
   - Runs on the controller; reads only local files (O(chart_values_reference), O(chart_archive),
     O(rke2_image_lists)) and never contacts a cluster. Always reports unchanged.
 author:
-  - gpuplatform.rke2 contributors (@gpuplatform)
+  - gpuplatform.rke2 maintainers (@gpuplatform)
 options:
   name:
     description:

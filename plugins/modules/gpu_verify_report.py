@@ -21,7 +21,7 @@ description:
     (timestamps, durations and API request counts are not a change to the site).
   - With O(fail_on_failure), fails with the per-layer diagnosis after writing the report.
 version_added: 0.1.0
-author: gpuplatform.rke2 contributors
+author: gpuplatform.rke2 maintainers (@gpuplatform)
 options:
   site:
     description: The site's name.

@@ -22,7 +22,7 @@ description:
     the Job failed (a container that exited non-zero, C(CrashLoopBackOff), a C(Failed) pod or Job), with the reason
     and the last lines of the Job pod's log when readable.
 author:
-  - gpuplatform.rke2 contributors
+  - gpuplatform.rke2 maintainers (@gpuplatform)
 options:
   name:
     description:

@@ -19,7 +19,7 @@ description:
     store differs from the live one.
   - With C(--diff), shows each object before and after (without managedFields, status and bookkeeping).
 author:
-  - gpuplatform.rke2 contributors (@gpuplatform)
+  - gpuplatform.rke2 maintainers (@gpuplatform)
 extends_documentation_fragment:
   - gpuplatform.rke2.k8s_connection
   - ansible.builtin.action_common_attributes

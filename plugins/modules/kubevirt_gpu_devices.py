@@ -24,7 +24,7 @@ description:
   - Always returns the rendering (a merge patch and one example C(VirtualMachineInstance) per resource) for
     the role to write to the site folder.
 author:
-  - gpuplatform.rke2 contributors
+  - gpuplatform.rke2 maintainers (@gpuplatform)
 extends_documentation_fragment:
   - gpuplatform.rke2.k8s_connection
 options:

@@ -26,7 +26,7 @@ description:
     waited on and, for the operands step, each stuck node with the operand it is stuck at, its layer and the pod's
     reason (C(ImagePullBackOff), C(Init:CrashLoopBackOff), C(Pending) with the scheduler's message).
 author:
-  - gpuplatform.rke2 contributors
+  - gpuplatform.rke2 maintainers (@gpuplatform)
 options:
   namespace:
     description:

@@ -18,7 +18,7 @@ description:
     passed verification report.
   - Read-only; runs the same in check mode.
 version_added: 0.1.0
-author: gpuplatform.rke2 contributors
+author: gpuplatform.rke2 maintainers (@gpuplatform)
 extends_documentation_fragment:
   - gpuplatform.rke2.k8s_connection
 options:

@@ -489,10 +489,24 @@ def test_untolerated_taint_leaves_the_node_missing_not_uncounted():
     result = evaluate([tainted], [])
     report = result["nodes"]["gpu-1"]
     assert codes(result)[0] == nc.UNTOLERATED_TAINT
-    assert result["findings"][0]["severity"] == nc.ERROR
+    # A reserved node: named, its operands listed as missing, but warnings and no broken layer.
+    assert result["findings"][0]["severity"] == nc.WARNING
     assert report["untolerated_taints"] == ["dedicated=training:NoSchedule"]
+    assert report["expected_operands"] == list(CONTAINER_CHAIN)
     assert report["not_running"]["driver"] == "no pod: taint dedicated=training:NoSchedule not tolerated"
-    assert len(findings(result, nc.MISSING_OPERAND)) == len(CONTAINER_CHAIN)
+    missing = findings(result, nc.MISSING_OPERAND)
+    assert len(missing) == len(CONTAINER_CHAIN)
+    assert set(f["severity"] for f in missing) == {nc.WARNING}
+    assert report["layer_failures"] == [] and report["ok"] is True
+
+
+def test_operand_pod_stuck_on_a_tainted_node_is_still_an_error():
+    tainted = container_node(allocatable={}, taints=[TAINT])
+    stuck = [pod("driver", "gpu-1", ready=False, waiting="CrashLoopBackOff")]
+    result = evaluate([tainted], stuck)
+    driver = [f for f in findings(result, nc.MISSING_OPERAND) if f["operand"] == "driver"][0]
+    assert driver["severity"] == nc.ERROR
+    assert result["nodes"]["gpu-1"]["layer_failures"][0]["layer"] == om.LAYER_DRIVER
 
 
 def test_operands_tolerate_the_gpu_taint_and_the_daemonset_controllers_own():
@@ -628,17 +642,17 @@ def test_check_on_the_lab_snapshot():
     result = nc.check(snapshot, nc.policy_from_inputs(snapshot["clusterpolicies"], {}, snapshot["daemonsets"]))
     assert result["policy"]["sandbox_workloads_enabled"] is True
     bad = sorted(name for name, report in result["nodes"].items() if not report["ok"])
-    assert bad == ["gpu-container-2", "gpu-tainted-1"]
+    assert bad == ["gpu-container-2"]
     assert result["nodes"]["gpu-container-2"]["codes"] == [nc.MISSING_OPERAND, nc.ORDER_VIOLATION]
     assert result["nodes"]["gpu-tainted-1"]["codes"] == [nc.UNTOLERATED_TAINT, nc.MISSING_OPERAND]
     summary = result["summary"]
-    assert (summary["nodes"], summary["gpu_nodes"], summary["ok_nodes"], summary["warnings"]) == (6, 5, 4, 0)
-    assert summary["errors"] == len(result["findings"])
+    assert (summary["nodes"], summary["gpu_nodes"], summary["ok_nodes"], summary["warnings"]) == (6, 5, 5, 7)
+    assert summary["errors"] == 5
     assert summary["by_code"] == {nc.MISSING_OPERAND: 7, nc.ORDER_VIOLATION: 4, nc.UNTOLERATED_TAINT: 1}
     message = nc.failure_message(result)
-    assert message.startswith("12 error findings on 2 of 6 nodes: ")
+    assert message.startswith("5 error findings on 1 of 6 nodes: ")
     assert "gpu-container-2 (missing-operand, order-violation)" in message
-    assert "gpu-tainted-1 (untolerated-taint, missing-operand)" in message
+    assert "gpu-tainted-1" not in message
 
 
 def test_check_limits_the_report_to_named_nodes():
@@ -680,7 +694,7 @@ def test_module_fails_on_error_findings_naming_nodes_and_codes(capsys):
     result = module_result(capsys, {"snapshot": [LAB_SNAPSHOT]})
     assert result["failed"] is True and result["changed"] is False
     assert "gpu-container-2 (missing-operand, order-violation)" in result["msg"]
-    assert "gpu-tainted-1 (untolerated-taint, missing-operand)" in result["msg"]
+    assert "gpu-tainted-1" not in result["msg"]
     assert len(result["findings"]) == 12
 
 
@@ -813,7 +827,7 @@ def test_live_mode_reads_every_page(fake_cluster):
     result = gpu_node_check.run({"fail_on_findings": True, "sandbox_workloads_enabled": True})
     assert sorted(result["nodes"]) == sorted(n["metadata"]["name"] for n in fake_cluster["nodes"])
     assert ("nodes", "5") in FakeApi.calls and ("pods/gpu-operator", "17") in FakeApi.calls
-    assert [r["node"] for r in result["nodes"].values() if not r["ok"]] == ["gpu-container-2", "gpu-tainted-1"]
+    assert [r["node"] for r in result["nodes"].values() if not r["ok"]] == ["gpu-container-2"]
     assert FakeClient.closed
 
 
@@ -858,7 +872,7 @@ def test_cli_prints_a_table_and_fails_on_error_findings():
     assert [line.split()[0] for line in lines[1:7]] == [
         "cpu-1", "gpu-container-1", "gpu-container-2", "gpu-passthrough-1", "gpu-tainted-1", "gpu-vgpu-1"]
     assert "error   gpu-container-2 order-violation: device-plugin runs while container-toolkit" in proc.stdout
-    assert lines[-1] == "6 nodes (5 GPU), 4 ok; 12 errors, 0 warnings"
+    assert lines[-1] == "6 nodes (5 GPU), 5 ok; 5 errors, 7 warnings"
 
 
 def test_cli_json_is_the_module_result():

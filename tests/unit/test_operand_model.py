@@ -80,12 +80,26 @@ def test_chains_put_dependencies_first():
     (False, om.VM_PASSTHROUGH, om.CONTAINER),
     (True, None, om.VM_VGPU),
     (True, om.VM_PASSTHROUGH, om.VM_PASSTHROUGH),
-    (True, "vm-bogus", "vm-bogus"),
+    # The operator applies the default workload to a value it does not know.
+    (True, "vm-bogus", om.VM_VGPU),
 ])
 def test_effective_workload_config(sandbox, label, config):
     policy = om.policy_from_spec({"sandboxWorkloads": {"enabled": sandbox, "defaultWorkload": om.VM_VGPU}})
     labels = {om.WORKLOAD_CONFIG_LABEL: label} if label else {}
     assert om.effective_workload_config(labels, policy) == (config, label)
+
+
+def test_invalid_default_workload_falls_back_to_container():
+    policy = om.policy_from_spec({"sandboxWorkloads": {"enabled": True, "defaultWorkload": "vm-bogus"}})
+    assert om.effective_workload_config({}, policy) == (om.CONTAINER, None)
+
+
+def test_sandbox_override_enables_the_sandbox_operands():
+    # Derived flags follow the overrides: sandbox on through an option, not the spec.
+    policy = om.policy({"sandbox_workloads_enabled": True})
+    assert policy["operands_enabled"]["vfio-manager"] is True
+    assert policy["operands_enabled"]["sandbox-device-plugin"] is True
+    assert om.policy()["operands_enabled"]["vfio-manager"] is False
 
 
 @pytest.mark.parametrize("operand_name, labels, spec, state", [

@@ -1,0 +1,153 @@
+"""make demo: the main job on the lab, then the seeds' stories.
+
+1. The lab (tests/lab) is brought up if it is not running: a real control plane with the fleet of
+   inventories/lab/hosts.yml and the simulated GPU Operator.
+2. The GPU part of site.yml runs on the lab inventory: step 5 (gate, node labels, GPU Operator HelmChart)
+   and step 6 (operands in order, allocatable GPUs, CUDA sample, checks, report). Its PLAY RECAP is printed;
+   a second `make demo` shows changed=0.
+3. The stories, each undone afterwards so the next run starts from the same cluster:
+   - one label isolates a node: its operand pods and advertised GPUs go, the node stays schedulable;
+   - the "device plugin without toolkit" node: GPUs advertised, nothing errors, the check catches it;
+   - a request for a resource nobody advertises stays Pending everywhere, with the scheduler's reason.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.join(ROOT, ".build", "collections"), ROOT]
+
+from tests.lab.lab import Lab  # noqa: E402  (after the path set-up)
+from tests.integration.modules import run_module  # noqa: E402
+
+SITE = "lab"
+INVENTORY = os.path.join(ROOT, "inventories", SITE, "hosts.yml")
+STORY_NODE = "gpu-container-2"
+
+
+def say(title):
+    print("\n\033[1m==> %s\033[0m" % title, flush=True)
+
+
+def playbook(lab, playbook_path, *args):
+    env = dict(os.environ, K8S_AUTH_KUBECONFIG=lab.kubeconfig, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+               ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"),
+               PYTHONPATH=os.path.join(ROOT, ".build", "collections"))
+    env["PATH"] = os.path.join(ROOT, ".venv", "bin") + os.pathsep + env.get("PATH", "")
+    cmd = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i", INVENTORY, playbook_path] + list(args)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True)
+    return proc.returncode, proc.stdout
+
+
+def recap(output):
+    lines = output[output.rfind("PLAY RECAP"):].splitlines()
+    return [line for line in lines[1:] if ":" in line and "ok=" in line]
+
+
+def changed_total(output):
+    return sum(int(m) for m in re.findall(r"changed=(\d+)", "\n".join(recap(output))))
+
+
+def check_table(lab, node=None):
+    args = {"fail_on_findings": False}
+    if node:
+        args["nodes"] = [node]
+    return run_module("gpu_node_check", args, lab.kubeconfig)
+
+
+def print_findings(result, node=None):
+    for finding in result.get("findings", []):
+        if node is None or finding["node"] == node:
+            print("   %-7s %-18s %-20s %s" % (finding["severity"], finding["node"], finding["code"], finding["message"]))
+
+
+def node_state(lab, name):
+    node = lab.core().read_node(name)
+    gpus = dict((k, v) for k, v in (node.status.allocatable or {}).items() if k.startswith("nvidia.com/"))
+    pods = lab.core().list_namespaced_pod("gpu-operator", field_selector="spec.nodeName=%s" % name).items
+    return {"schedulable": not node.spec.unschedulable, "advertised": gpus,
+            "operand_pods": sorted(p.metadata.labels.get("app") or p.metadata.labels.get("name") for p in pods)}
+
+
+def story_isolation(lab):
+    say("Story 1: one label takes %s out of the GPU layer, without cordoning it" % STORY_NODE)
+    before = node_state(lab, STORY_NODE)
+    print("   before: %d operand pods, advertised %s, schedulable %s" % (
+        len(before["operand_pods"]), before["advertised"], before["schedulable"]))
+    rc, out = playbook(lab, "playbooks/gpu_node_labels.yml", "-l", STORY_NODE, "-e", "gpu_node_isolated=true")
+    if rc != 0:
+        print(out)
+        raise SystemExit("story 1: labelling failed")
+    print("   gpu_node_labels set nvidia.com/gpu.deploy.operands=false on %s" % STORY_NODE)
+    lab.wait_settled()
+    after = node_state(lab, STORY_NODE)
+    print("   after:  %d operand pods, advertised %s, schedulable %s" % (
+        len(after["operand_pods"]), after["advertised"] or "nothing", after["schedulable"]))
+    rc, out = playbook(lab, "playbooks/gpu_node_labels.yml", "-l", STORY_NODE)
+    lab.wait_settled()
+    restored = node_state(lab, STORY_NODE)
+    print("   the inventory without the variable removes the label again: %d operand pods, advertised %s" % (
+        len(restored["operand_pods"]), restored["advertised"]))
+
+
+def story_toolkit(lab):
+    say("Story 2: the device plugin runs without the container toolkit on %s" % STORY_NODE)
+    lab.hold_down(STORY_NODE, "container-toolkit")
+    lab.wait_settled()
+    state = node_state(lab, STORY_NODE)
+    print("   the node still advertises %s and no controller reports an error" % state["advertised"])
+    result = check_table(lab, STORY_NODE)
+    print("   gpu_node_check on %s:" % STORY_NODE)
+    print_findings(result, STORY_NODE)
+    lab.release(STORY_NODE)
+    lab.wait_settled()
+    print("   released: %s" % ("ok" if not [f for f in check_table(lab, STORY_NODE)["findings"]
+                                       if f["severity"] == "error"] else "still failing"))
+
+
+def story_pending(lab):
+    say("Story 3: a request for a resource nobody advertises stays Pending everywhere")
+    result = run_module("cuda_sample", {"resource": "nvidia.com/A100_SXM4_80GB", "timeout": 20,
+                                        "name_prefix": "demo-wrong-resource"}, lab.kubeconfig)
+    print("   cuda_sample asked for nvidia.com/A100_SXM4_80GB: %s" % ("failed" if result.get("failed") else "passed"))
+    print("   " + "\n   ".join(result.get("msg", "").splitlines()[:4]))
+
+
+def main():
+    lab = Lab()
+    say("Lab: real kube-apiserver, controller-manager, scheduler, etcd; kwok nodes; simulated GPU Operator")
+    lab.up()
+    print(lab.status())
+
+    say("site.yml, GPU steps 5 and 6 on inventories/lab (gate, node labels, GPU Operator, verification)")
+    started = time.monotonic()
+    rc, out = playbook(lab, "site.yml", "--tags", "gpu", "--skip-tags", "preflight")
+    print("\n".join(recap(out)))
+    print("   %.1f s, changed=%d in total" % (time.monotonic() - started, changed_total(out)))
+    report_path = os.path.join(ROOT, "artifacts", SITE, "gpu-verify.json")
+    if rc != 0:
+        print(out[-6000:])
+        raise SystemExit("site.yml failed on the lab (rc %d)" % rc)
+    with open(report_path) as handle:
+        report = json.load(handle)
+    say("Verification report: artifacts/%s/gpu-verify.{json,md,html}" % SITE)
+    print("   %s: %s" % ("PASSED" if report["passed"] else "FAILED", report["summary"]))
+    for name, node in sorted(report["nodes"].items()):
+        print("   %-18s %-15s %-30s %s" % (name, node["workload_config"],
+                                          ", ".join("%s=%s" % kv for kv in sorted(node["advertised"].items())) or "-",
+                                          node["status"]))
+
+    story_isolation(lab)
+    story_toolkit(lab)
+    story_pending(lab)
+    say("Done. The lab keeps running (make lab-status, make lab-down); a second make demo reports changed=0.")
+
+
+if __name__ == "__main__":
+    main()
