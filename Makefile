@@ -120,7 +120,7 @@ build-collection: venv ## build the collection tarball, install it, render every
 	$(call say,ansible-galaxy collection build + install + ansible-doc)
 	@rm -rf .build/dist .build/installed && mkdir -p .build/dist .build/installed
 	$(BIN)/ansible-galaxy collection build --output-path .build/dist --force .
-	$(BIN)/ansible-galaxy collection install -p .build/installed .build/dist/gpuplatform-rke2-*.tar.gz
+	$(BIN)/ansible-galaxy collection install --force -p .build/installed .build/dist/gpuplatform-rke2-*.tar.gz
 	$(PY) scripts/check-collection.py .build/dist .build/installed
 
 # ---------------------------------------------------------------- demo

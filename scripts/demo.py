@@ -40,7 +40,7 @@ def playbook(lab, playbook_path, *args):
                PYTHONPATH=os.path.join(ROOT, ".build", "collections"))
     env["PATH"] = os.path.join(ROOT, ".venv", "bin") + os.pathsep + env.get("PATH", "")
     cmd = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i", INVENTORY, playbook_path] + list(args)
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False,
                           universal_newlines=True)
     return proc.returncode, proc.stdout
 

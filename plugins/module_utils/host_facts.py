@@ -199,7 +199,7 @@ def parse_cmdline(text):
     """The kernel command line as a dict; bare flags map to ``""``, repeated keys keep the last."""
     result = {}
     for token in (text or "").split():
-        key, _, value = token.partition("=")
+        key, _sep, value = token.partition("=")
         result[key] = value
     return result
 
@@ -221,7 +221,7 @@ def parse_pci_ids(text, vendor=NVIDIA_VENDOR_ID):
             inside = line[:4].lower() == vendor
             continue
         if inside and not line.startswith("\t\t"):
-            device, _, name = line.strip().partition(" ")
+            device, _sep, name = line.strip().partition(" ")
             names[device.lower()] = name.strip()
     return names
 
@@ -279,7 +279,7 @@ def flat_yaml(text):
     for line in (text or "").splitlines():
         if not line or line[0] in " \t#-" or ":" not in line:
             continue
-        key, _, value = line.partition(":")
+        key, _sep, value = line.partition(":")
         value = value.split(" #", 1)[0].strip()
         if not value:
             continue

@@ -254,8 +254,8 @@ def label_diff(node_name, plan):
 def workload_switch(current_labels, new_labels, policy_):
     """``(from, to)`` when the labels change the workload config the operator applies to
     the node (the driver changes under it), else None."""
-    before, _ = om.effective_workload_config(current_labels, policy_)
-    after, _ = om.effective_workload_config(new_labels, policy_)
+    before = om.effective_workload_config(current_labels, policy_)[0]
+    after = om.effective_workload_config(new_labels, policy_)[0]
     return (before, after) if before != after else None
 
 

@@ -153,7 +153,7 @@ def _driver_state(declared, chart, driver_off):
     policy = om.policy(overrides={"driver_enabled": chart["driver_enabled"],
                                   "sandbox_workloads_enabled": chart["sandbox_workloads_enabled"]})
     labels = _node_labels(declared, driver_off)
-    config, _ = om.effective_workload_config(labels, policy)
+    config = om.effective_workload_config(labels, policy)[0]
     return config, om.operand_state_on_node(om.operand("driver"), labels, policy, config)
 
 
@@ -177,7 +177,7 @@ def suggest_driver(hosts, chart):
         config, state = _driver_state(declared, dict(chart, driver_enabled=True), False)
         if state == "expected":
             candidates.append((name, _has_host_driver(facts)))
-    if candidates and all(has for _, has in candidates):
+    if candidates and all(candidate[1] for candidate in candidates):
         return False, []
     return True, [name for name, has in candidates if has]
 
@@ -324,7 +324,7 @@ def _psa_findings(hosts, chart, findings):
         return []
     namespace = chart["namespace"]
     cis, read = [], []
-    for name, (_, facts) in sorted(hosts.items()):
+    for name, (_host_vars, facts) in sorted(hosts.items()):
         rke2 = (facts or {}).get("rke2") or {}
         if str(rke2.get("profile") or "").startswith("cis"):
             cis.append(name)

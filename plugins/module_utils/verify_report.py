@@ -84,9 +84,14 @@ def build_report(site, node_check, readiness=None, allocatable_results=None, cud
         expected = report.get("expected_operands") or []
         for layer in (om.LAYER_DRIVER, om.LAYER_RUNTIME, om.LAYER_DEVICE_PLUGIN):
             members = [op for op in expected if om.operand(op).layer == layer]
+            not_running = report.get("not_running") or {}
             if layer in failures:
                 failure = failures[layer]
                 layers[layer] = _layer(FAILED, "%s: %s" % (failure.get("operand"), failure.get("reason")))
+            elif any(m in not_running for m in members):
+                # Not a broken layer (node_check reports none): kept off, e.g. by a taint.
+                layers[layer] = _layer(NOT_APPLICABLE, "; ".join("%s: %s" % (m, not_running[m])
+                                                                for m in members if m in not_running))
             elif members:
                 layers[layer] = _layer(OK, ", ".join(members) + " running")
             else:
@@ -101,8 +106,11 @@ def build_report(site, node_check, readiness=None, allocatable_results=None, cud
                 n.get("reason") or "below the required count" for n in alloc_nodes[name] if not n.get("ready", True)))
         elif advertised:
             layers[om.LAYER_ALLOCATABLE] = _layer(OK, ", ".join("%s=%s" % kv for kv in sorted(advertised.items())))
-        elif expected:
+        elif expected and not report.get("untolerated_taints"):
             layers[om.LAYER_ALLOCATABLE] = _layer(FAILED, "nothing advertised")
+        elif expected:
+            layers[om.LAYER_ALLOCATABLE] = _layer(NOT_APPLICABLE, "nothing advertised: operands kept off by taint %s"
+                                                  % ", ".join(report["untolerated_taints"]))
         else:
             layers[om.LAYER_ALLOCATABLE] = _layer(NOT_APPLICABLE, "no operands expected")
         pod = cuda_nodes.get(name)
@@ -197,32 +205,27 @@ def to_markdown(report):
              "|---|---|---|" + "---|" * len(report["layers"]) + "---|"]
     for name, node in sorted(report["nodes"].items()):
         advertised = ", ".join("%s=%s" % kv for kv in sorted(node["advertised"].items())) or "-"
-        cells = [_MARK[node["layers"][layer]["state"]] for layer in report["layers"]]
-        lines.append("| %s | %s | %s | %s | %s |" % (name, node["workload_config"], advertised, " | ".join(cells),
-                                                    node["status"]))
+        cells = [name, node["workload_config"], advertised] + [
+            _MARK[node["layers"][layer]["state"]] for layer in report["layers"]] + [node["status"]]
+        lines.append(_row(cells))
     lines += ["", "## Per-layer diagnosis", ""]
-    any_detail = False
+    details = []
     for name, node in sorted(report["nodes"].items()):
-        for layer in report["layers"]:
-            entry = node["layers"][layer]
-            if entry["state"] == FAILED:
-                any_detail = True
-                lines.append("- **%s** / %s: %s" % (name, layer, entry["detail"]))
-        for finding in node["findings"]:
-            any_detail = True
-            lines.append("- %s %s `%s`: %s" % (finding.get("severity"), name, finding.get("code"),
-                                              finding.get("message")))
-    if not any_detail:
-        lines.append("Every layer of every GPU node is healthy.")
+        details += ["- **%s** / %s: %s" % (name, layer, node["layers"][layer]["detail"])
+                    for layer in report["layers"] if node["layers"][layer]["state"] == FAILED]
+        details += ["- %s %s `%s`: %s" % (f.get("severity"), name, f.get("code"), f.get("message"))
+                    for f in node["findings"]]
+    lines += details or ["Every layer of every GPU node is healthy."]
     lines += ["", "## Steps", "", "| step | passed | message |", "|---|---|---|"]
-    for key in ("operand_readiness", "cuda_sample", "node_check"):
-        step = report["steps"][key]
-        lines.append("| %s | %s | %s |" % (key, step.get("passed"), str(step.get("message") or "")
-                                            .replace("\n", " ").replace("|", "/")[:300]))
-    for index, step in enumerate(report["steps"]["allocatable"]):
-        lines.append("| allocatable[%d] | %s | %s |" % (index, step.get("passed"),
-                                                         (step.get("message") or "").replace("\n", " ")[:300]))
+    steps = [(key, report["steps"][key]) for key in ("operand_readiness", "cuda_sample", "node_check")]
+    steps += [("allocatable[%d]" % i, step) for i, step in enumerate(report["steps"]["allocatable"])]
+    lines += [_row([key, step.get("passed"), step.get("message") or ""]) for key, step in steps]
     return "\n".join(lines) + "\n"
+
+
+def _row(cells):
+    """One Markdown table row; cell text on one line, no stray column separators."""
+    return "| %s |" % " | ".join(str(c).replace("\n", " ").replace("|", "/")[:300] for c in cells)
 
 
 def _escape(text):

@@ -29,6 +29,8 @@ description:
   - Files that exist but cannot be read are listed under C(errors); run it with privilege escalation.
 author:
   - gpuplatform.rke2 maintainers (@gpuplatform)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 options:
   root:
     description:

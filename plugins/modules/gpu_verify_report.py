@@ -22,6 +22,8 @@ description:
   - With O(fail_on_failure), fails with the per-layer diagnosis after writing the report.
 version_added: 0.1.0
 author: gpuplatform.rke2 maintainers (@gpuplatform)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 options:
   site:
     description: The site's name.

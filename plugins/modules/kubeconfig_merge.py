@@ -158,7 +158,7 @@ def main():
     if not HAS_YAML:
         module.fail_json(msg=missing_required_lib("PyYAML"), exception=YAML_IMPORT_ERROR)
     params = module.params
-    dest = os.path.expanduser(params["dest"])
+    dest = params["dest"]
     name = params["name"]
     if not name.strip():
         module.fail_json(msg="name must not be empty")

@@ -21,6 +21,7 @@ version_added: 0.1.0
 author: gpuplatform.rke2 maintainers (@gpuplatform)
 extends_documentation_fragment:
   - gpuplatform.rke2.k8s_connection
+  - ansible.builtin.action_common_attributes
 options:
   step:
     description: The step about to start.
@@ -49,8 +50,8 @@ options:
     type: path
   required_apis:
     description:
-      - APIs the step needs, each as C(group/version/plural) with the product that provides it, for example
-        C({api: argoproj.io/v1alpha1/applications, provider: Argo CD}).
+      - APIs the step needs, each a dict with C(api) (C(group/version/plural)) and C(provider) (the product that
+        serves it, named in the refusal), for example C(argoproj.io/v1alpha1/applications) and C(Argo CD).
     type: list
     elements: dict
     default: []

@@ -51,20 +51,20 @@ def test_nothing_declared_means_no_labels():
 # ---------------------------------------------------------------- checks
 
 def test_unknown_workload_config_names_host_and_value():
-    errors, _ = nl.validate_nodes([{"host": "gpu01", "name": "gpu-1", "workload_config": "vm-gpu"}], SANDBOX_ON)
+    errors, _warnings = nl.validate_nodes([{"host": "gpu01", "name": "gpu-1", "workload_config": "vm-gpu"}], SANDBOX_ON)
     assert errors == ["host gpu01 (node gpu-1): gpu_workload_config 'vm-gpu' is not a workload config "
                       "(one of: container, vm-passthrough, vm-vgpu)"]
 
 
 def test_unknown_operand_names_host_and_operand():
-    errors, _ = nl.validate_nodes([{"host": "gpu01", "name": "gpu01", "workload_config": "container",
+    errors, _warnings = nl.validate_nodes([{"host": "gpu01", "name": "gpu01", "workload_config": "container",
                                     "operands_disabled": ["dcgm-exportr"]}], SANDBOX_ON)
     assert len(errors) == 1
     assert errors[0].startswith("host gpu01: gpu_operands_disabled lists 'dcgm-exportr', which is not an operand")
 
 
 def test_operand_of_another_workload_config_is_refused():
-    errors, _ = nl.validate_nodes([{"host": "gpu01", "name": "gpu01", "workload_config": "container",
+    errors, _warnings = nl.validate_nodes([{"host": "gpu01", "name": "gpu01", "workload_config": "container",
                                     "operands_disabled": ["vfio-manager"]}], SANDBOX_ON)
     assert len(errors) == 1
     assert "'vfio-manager', which does not run on container nodes" in errors[0]
@@ -72,9 +72,9 @@ def test_operand_of_another_workload_config_is_refused():
 
 def test_operand_check_uses_the_default_workload_when_the_node_declares_none():
     policy_ = nl.sandbox_policy(True, "vm-passthrough")
-    errors, _ = nl.validate_nodes([{"name": "n", "operands_disabled": ["vfio-manager"]}], policy_)
+    errors, _warnings = nl.validate_nodes([{"name": "n", "operands_disabled": ["vfio-manager"]}], policy_)
     assert errors == []
-    errors, _ = nl.validate_nodes([{"name": "n", "operands_disabled": ["driver"]}], policy_)
+    errors, _warnings = nl.validate_nodes([{"name": "n", "operands_disabled": ["driver"]}], policy_)
     assert "which does not run on vm-passthrough nodes" in errors[0]
 
 
@@ -95,14 +95,14 @@ def test_container_with_sandbox_off_is_fine():
 
 
 def test_vgpu_profile_must_be_a_profile():
-    errors, _ = nl.validate_nodes([{"host": "gpu03", "name": "gpu03", "workload_config": "vm-vgpu",
+    errors, _warnings = nl.validate_nodes([{"host": "gpu03", "name": "gpu03", "workload_config": "vm-vgpu",
                                     "vgpu_config": "default"}], SANDBOX_ON)
     assert len(errors) == 1
     assert "gpu_vgpu_config 'default' is not a vGPU profile" in errors[0]
 
 
 def test_vgpu_warnings():
-    _, warnings = nl.validate_nodes([{"host": "a", "name": "a", "workload_config": "container",
+    _errors, warnings = nl.validate_nodes([{"host": "a", "name": "a", "workload_config": "container",
                                       "vgpu_config": "A10-12Q"},
                                      {"host": "b", "name": "b", "workload_config": "vm-vgpu"}], SANDBOX_ON)
     assert len(warnings) == 2
@@ -111,12 +111,12 @@ def test_vgpu_warnings():
 
 
 def test_two_hosts_on_one_node_are_refused():
-    errors, _ = nl.validate_nodes([{"host": "a", "name": "gpu-1"}, {"host": "b", "name": "gpu-1"}], SANDBOX_ON)
+    errors, _warnings = nl.validate_nodes([{"host": "a", "name": "gpu-1"}, {"host": "b", "name": "gpu-1"}], SANDBOX_ON)
     assert errors == ["host b (node gpu-1): k8s_node_name 'gpu-1' is also the node of host a"]
 
 
 def test_unknown_sandbox_off_action():
-    errors, _ = nl.validate_nodes([], SANDBOX_ON, "ignore")
+    errors, _warnings = nl.validate_nodes([], SANDBOX_ON, "ignore")
     assert errors == ["gpu_node_labels_sandbox_off_action is 'ignore' (one of: fail, warn)"]
 
 

@@ -72,7 +72,7 @@ def operand_pod(operand_name, node_name, ready=True, waiting=None, init_waiting=
             "spec": spec, "status": status}
 
 
-def chain_pods(node_name, operands=CONTAINER_CHAIN, **overrides):
+def chain_pods(node_name, operands=tuple(CONTAINER_CHAIN), **overrides):
     """Running, Ready pods of ``operands`` on a node; ``overrides``: operand -> pod kwargs."""
     return [operand_pod(o, node_name, **overrides.get(o.replace("-", "_"), {})) for o in operands]
 
