@@ -28,18 +28,28 @@ def _layer(state, detail=""):
 
 
 def _host_layers(facts):
-    """hardware and host-driver layers from the preflight's host facts, when given."""
+    """hardware and host-driver layers from the preflight's host facts (host_facts.gather), when given."""
     if not facts:
         return _layer(NOT_CHECKED, "no host facts (preflight not run)"), _layer(NOT_CHECKED, "no host facts")
-    hardware = facts.get("hardware") or {}
-    count = hardware.get("count", len(hardware.get("devices") or []))
-    hw = _layer(OK, "%s x %s" % (count, hardware.get("model") or hardware.get("name") or "NVIDIA GPU")) if count \
-        else _layer(FAILED, "no NVIDIA PCI device found")
-    driver = facts.get("host_driver") or facts.get("driver") or {}
-    if driver.get("loaded") or driver.get("version"):
+    gpus = (facts.get("hardware") or {}).get("gpus") or []
+    models = {}
+    for gpu in gpus:
+        model = "%s (%s:%s)" % (gpu.get("model") or gpu.get("name") or "NVIDIA GPU", gpu.get("vendor_id"),
+                                gpu.get("device_id"))
+        models[model] = models.get(model, 0) + 1
+    hw = _layer(OK, ", ".join("%d x %s" % (n, m) for m, n in sorted(models.items()))) if gpus \
+        else _layer(FAILED, "no NVIDIA GPU on the PCI bus")
+    driver = facts.get("host_driver") or {}
+    if driver.get("preinstalled") and driver.get("loaded"):
         host_driver = _layer(OK, "host driver %s" % (driver.get("version") or "loaded"))
+    elif driver.get("preinstalled"):
+        host_driver = _layer(OK, "host driver installed (%s), not loaded" % driver.get("kernel_module"))
+    elif driver.get("loaded"):
+        # The GPU Operator's driver container, seen by a preflight rerun after rollout.
+        host_driver = _layer(NOT_APPLICABLE, "driver %s of the GPU Operator's driver container"
+                             % (driver.get("version") or "loaded"))
     else:
-        host_driver = _layer(NOT_APPLICABLE, "no host driver (operator-managed driver)")
+        host_driver = _layer(NOT_APPLICABLE, "no host driver")
     return hw, host_driver
 
 
@@ -69,9 +79,10 @@ def build_report(site, node_check, readiness=None, allocatable_results=None, cud
     alloc_nodes = _allocatable_by_node(allocatable_results)
     diagnosis = {}
     for source in (readiness or {}, ) + tuple(allocatable_results or ()) + ((cuda or {}),):
-        for entry in source.get("diagnosis") or []:
-            if isinstance(entry, dict) and entry.get("node"):
-                diagnosis.setdefault(entry["node"], []).append(entry)
+        # The wait modules return {node: {layer, operand, reason, ...}}.
+        for node_name, entry in (source.get("diagnosis") or {}).items():
+            if entry not in diagnosis.get(node_name, []):
+                diagnosis.setdefault(node_name, []).append(entry)
     nodes = {}
     for name, report in sorted((node_check.get("nodes") or {}).items()):
         if not report.get("gpu_node"):
@@ -102,8 +113,11 @@ def build_report(site, node_check, readiness=None, allocatable_results=None, cud
             failure = failures[om.LAYER_ALLOCATABLE]
             layers[om.LAYER_ALLOCATABLE] = _layer(FAILED, failure.get("reason", ""))
         elif any(not n.get("ready", True) for n in alloc_nodes.get(name, [])):
-            layers[om.LAYER_ALLOCATABLE] = _layer(FAILED, "; ".join(
-                n.get("reason") or "below the required count" for n in alloc_nodes[name] if not n.get("ready", True)))
+            counts = ", ".join("%s of %s allocatable" % (n.get("allocatable"), n.get("capacity"))
+                               for n in alloc_nodes[name] if not n.get("ready", True))
+            why = "; ".join("%s (%s): %s" % (d.get("layer"), d.get("operand"), d.get("reason"))
+                            for d in diagnosis.get(name, []) if d.get("layer"))
+            layers[om.LAYER_ALLOCATABLE] = _layer(FAILED, "not usable (%s)%s" % (counts, ": " + why if why else ""))
         elif advertised:
             layers[om.LAYER_ALLOCATABLE] = _layer(OK, ", ".join("%s=%s" % kv for kv in sorted(advertised.items())))
         elif expected and not report.get("untolerated_taints"):
