@@ -13,6 +13,7 @@ PY        := $(VENV)/bin/python
 BIN       := $(VENV)/bin
 COLL_ROOT := $(ROOT)/.build/collections
 COLL_LINK := $(COLL_ROOT)/ansible_collections/gpuplatform/rke2
+# The example site; SITE=lab is the lab.
 SITE      ?= tirosh-home
 LAB_DIR   := $(ROOT)/.lab
 KUBECONFIG_LAB := $(LAB_DIR)/kubeconfig

@@ -3,10 +3,8 @@
 #
 # make rke2/gpu/labels [SITE=tirosh-home] [LABELS_ARGS="--check --diff"]
 # SITE=lab talks to the lab's API server (.lab/kubeconfig) unless K8S_AUTH_KUBECONFIG says otherwise.
-SITE ?= tirosh-home
 LABELS_ARGS ?=
 
 .PHONY: rke2/gpu/labels
 rke2/gpu/labels: venv ## GPU node labels + KubeVirt GPU devices for SITE (LABELS_ARGS="--check --diff")
-	cd $(ROOT) && $(if $(filter lab,$(SITE)),K8S_AUTH_KUBECONFIG=$${K8S_AUTH_KUBECONFIG:-$(KUBECONFIG_LAB)}) \
-	  $(BIN)/ansible-playbook -i inventories/$(SITE)/hosts.yml playbooks/gpu_node_labels.yml $(LABELS_ARGS)
+	$(PLAYBOOK) playbooks/gpu_node_labels.yml $(LABELS_ARGS)

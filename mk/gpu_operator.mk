@@ -5,18 +5,15 @@
 # make airgap/plan [SITE=...]      writes sites/SITE/airgap/images.txt and prints it
 # make airgap/mirror [SITE=...]    on a connected host: copies every image of the plan into the mirror
 # SITE=lab talks to the lab's API server (.lab/kubeconfig) unless K8S_AUTH_KUBECONFIG says otherwise.
-SITE ?= tirosh-home
 OPERATOR_ARGS ?=
 MIRROR_ARGS ?=
-OPERATOR_PLAYBOOK = cd $(ROOT) && $(if $(filter lab,$(SITE)),K8S_AUTH_KUBECONFIG=$${K8S_AUTH_KUBECONFIG:-$(KUBECONFIG_LAB)}) \
-  $(BIN)/ansible-playbook -i inventories/$(SITE)/hosts.yml
 
 .PHONY: rke2/gpu/operator/apply airgap/plan airgap/mirror
 rke2/gpu/operator/apply: venv ## step 5: validate, render sites/SITE/rke2/gpu-operator.helmchart.yaml, deliver, wait (OPERATOR_ARGS=--check --diff)
-	$(OPERATOR_PLAYBOOK) playbooks/gpu_operator.yml $(OPERATOR_ARGS)
+	$(PLAYBOOK) playbooks/gpu_operator.yml $(OPERATOR_ARGS)
 
 airgap/plan: venv ## the images SITE must mirror (GPU Operator values + RKE2 list) into sites/SITE/airgap/images.txt
-	$(OPERATOR_PLAYBOOK) playbooks/airgap_plan.yml $(OPERATOR_ARGS)
+	$(PLAYBOOK) playbooks/airgap_plan.yml $(OPERATOR_ARGS)
 
 airgap/mirror: ## on a connected host: copy sites/SITE/airgap/images.txt into the mirror (skopeo or crane; MIRROR_ARGS=--dry-run)
 	$(ROOT)/scripts/airgap-mirror.sh $(MIRROR_ARGS) $(ROOT)/sites/$(SITE)/airgap/images.txt

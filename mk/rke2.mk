@@ -1,12 +1,9 @@
 # RKE2 bootstrap, ADR steps 1-4 (docs/rke2.md): host network, inventory rendering, servers and agents, kubeconfig.
-# Included by the root Makefile (ROOT, BIN, SITE and the ANSIBLE_* exports come from there). Each target runs its
+# Included by the root Makefile (ROOT, BIN, SITE, PLAYBOOK and the ANSIBLE_* exports come from there). Each target runs its
 # step alone against inventories/$(SITE)/hosts.yml; RKE2_ARGS passes more ansible-playbook arguments
 # (for example RKE2_ARGS='--check --diff' or RKE2_ARGS='--limit tirosh-gpu-1').
 
-SITE ?= tirosh-home
 RKE2_ARGS ?=
-RKE2_INVENTORY = $(ROOT)/inventories/$(SITE)/hosts.yml
-RKE2_PLAYBOOK = $(BIN)/ansible-playbook -i $(RKE2_INVENTORY) $(RKE2_ARGS)
 
 .PHONY: inventory/render host/network rke2/server/install rke2/agent/install rke2/kubeconfig
 
@@ -14,13 +11,13 @@ inventory/render: venv ## step 2: render inventories/SITE/ from sites/SITE/site.
 	$(BIN)/ansible-playbook $(ROOT)/playbooks/inventory.yml -e site=$(SITE) $(RKE2_ARGS)
 
 host/network: venv ## step 1: static IP, gateway and DNS of SITE's hosts (netplan or NetworkManager, with rollback)
-	$(RKE2_PLAYBOOK) $(ROOT)/playbooks/host_network.yml
+	$(PLAYBOOK) playbooks/host_network.yml $(RKE2_ARGS)
 
 rke2/server/install: venv ## step 3: install or upgrade SITE's RKE2 servers, first server first, one at a time
-	$(RKE2_PLAYBOOK) $(ROOT)/playbooks/rke2_server.yml
+	$(PLAYBOOK) playbooks/rke2_server.yml $(RKE2_ARGS)
 
 rke2/agent/install: venv ## step 3: install or upgrade SITE's RKE2 agents, one at a time
-	$(RKE2_PLAYBOOK) $(ROOT)/playbooks/rke2_agent.yml
+	$(PLAYBOOK) playbooks/rke2_agent.yml $(RKE2_ARGS)
 
 rke2/kubeconfig: venv ## step 4: merge SITE's cluster into the operator's kubeconfig (context SITE)
-	$(RKE2_PLAYBOOK) $(ROOT)/playbooks/kubeconfig.yml
+	$(PLAYBOOK) playbooks/kubeconfig.yml $(RKE2_ARGS)

@@ -11,7 +11,7 @@ wait_module = $(BIN)/ansible localhost -i localhost, -c local -e ansible_python_
   -a 'kubeconfig=$(WAIT_KUBECONFIG) timeout=$(WAIT_TIMEOUT) $(2)'
 
 .PHONY: rke2/gpu/wait test-waits
-rke2/gpu/wait: venv ## step 6: operands in order, allocatable GPUs, CUDA sample per node (KUBECONFIG, default the lab)
+rke2/gpu/wait: venv ## step 6's waits without a playbook: operands, allocatable GPUs, CUDA sample (KUBECONFIG, default the lab)
 	$(call wait_module,operand_readiness,require_reconciled=true)
 	$(call wait_module,gpu_allocatable_wait,)
 	$(call wait_module,cuda_sample,per_node=true $(SAMPLE_ARGS))
