@@ -46,13 +46,28 @@ def test_refusals_name_host_and_fact_and_render_the_psa_fix(tmp_path):
                    "gpu_workload_config": "vm-passthrough"},
         "gpu-cis": {"gpu_host_facts_root": cis_host(tmp_path / "cis", psa_file=None).root},
     }
-    rc, out, recap = playbook(inventory(tmp_path, hosts, gpu_operator_sandbox_workloads_enabled=True))
+    rc, out, recap = playbook(inventory(tmp_path, hosts, gpu_operator_sandbox_workloads={"enabled": True}))
     assert rc == 2, out
     assert "GPU preflight refused gpu-vm:\n- iommu.enabled: vm-passthrough needs the IOMMU" in out
     assert "GPU preflight refused gpu-cis:\n- rke2.profile: RKE2 profile cis enforces Pod Security" in out
     assert "/etc/rancher/rke2/gpu-operator-pss.yaml" in out
     assert "namespaces:\n" in out and "  - gpu-operator\n" in out
     assert recap["gpu-vm"] == (0, 0, 1) and recap["gpu-cis"] == (0, 0, 1)
+
+
+def test_the_chart_decisions_are_the_gpu_operator_roles_variables(tmp_path):
+    old = a10_host(tmp_path / "old")
+    old.file("/var/lib/rancher/rke2/agent/containerd/containerd.log",
+             'level=info msg="starting containerd" revision=x version=v1.7.27-k3s1\n')
+    hosts = {"gpu-old": {"gpu_host_facts_root": old.root},
+             "gpu-cis": {"gpu_host_facts_root": cis_host(tmp_path / "cis", psa_file=None).root}}
+    rc, out, recap = playbook(inventory(tmp_path, hosts, gpu_operator_nri_plugin_enabled=True,
+                                        gpu_operator_extra_values={"psa": {"enabled": True}}))
+    assert rc == 2, out
+    assert "GPU preflight refused gpu-old:\n- containerd.version:" in out
+    # psa.enabled through the extra values: the operator labels its namespace, so the cis profile passes.
+    assert "refused gpu-cis" not in out and "rke2.profile" not in out
+    assert recap["gpu-old"] == (0, 0, 1) and recap["gpu-cis"] == (0, 0, 0)
 
 
 def test_clean_hosts_pass_with_no_change_twice(tmp_path):
