@@ -30,6 +30,14 @@ WARNING = "warning"
 
 # The chart decisions the preflight reads, keyed as the gpu_operator role names its variables
 # (without the ``gpu_operator_`` prefix), with the chart's defaults (chart v26.3.2).
+# The inventory variables (the gpu_operator role's) each chart decision comes from, for messages.
+DECISION_VARIABLES = {
+    "driver_enabled": "gpu_operator_driver_enabled",
+    "sandbox_workloads_enabled": "gpu_operator_sandbox_workloads.enabled",
+    "cdi_nri_plugin_enabled": "gpu_operator_nri_plugin_enabled",
+    "psa_enabled": "gpu_operator_extra_values.psa.enabled",
+    "namespace": "gpu_operator_namespace",
+}
 CHART_DEFAULTS = {
     "driver_enabled": om.CHART_DEFAULTS["driver_enabled"],
     "sandbox_workloads_enabled": om.CHART_DEFAULTS["sandbox_workloads_enabled"],
@@ -98,7 +106,7 @@ def chart_decisions(chart=None):
                 raise PreflightInputError("gpu_operator_namespace must be a namespace name, got %r" % (value,))
             result[key] = value
         else:
-            result[key] = _bool(value, "gpu_operator_" + key)
+            result[key] = _bool(value, DECISION_VARIABLES[key])
     return result
 
 
@@ -204,8 +212,8 @@ def _hardware_findings(name, declared, facts, chart, findings):
                                 % (declared["gpu_model"], ", ".join(models))))
     if config in (om.VM_PASSTHROUGH, om.VM_VGPU) and not chart["sandbox_workloads_enabled"]:
         findings.append(finding(name, "gpu_workload_config", WARNING, "%s is declared but sandbox workloads are off "
-                                "(gpu_operator_sandbox_workloads_enabled): the operator treats this node as container"
-                                % config))
+                                "(%s): the operator treats this node as container"
+                                % (config, DECISION_VARIABLES["sandbox_workloads_enabled"])))
     iommu = (facts or {}).get("iommu") or {}
     if config in (om.VM_PASSTHROUGH, om.VM_VGPU) and not iommu.get("enabled"):
         findings.append(finding(name, "iommu.enabled", ERROR, "%s needs the IOMMU but /sys/kernel/iommu_groups is "
@@ -309,7 +317,8 @@ def render_psa_fixes(namespace, current=None):
     }
     return [
         {"kind": "chart-values", "description": "let the operator label namespace %s privileged" % namespace,
-         "variables": {"gpu_operator_psa_enabled": True}, "content": _dump({"psa": {"enabled": True}})},
+         "variables": {"gpu_operator_extra_values": {"psa": {"enabled": True}}},
+         "content": _dump({"psa": {"enabled": True}})},
         {"kind": "file", "description": "on every RKE2 server: exempt namespace %s from Pod Security admission, "
          "then restart rke2-server" % namespace, "path": PSA_FIX_FILE, "mode": "0600", "content": _dump(admission)},
         {"kind": "file", "description": "on every RKE2 server: point RKE2 at that file", "path": PSA_FIX_DROPIN,

@@ -1,13 +1,19 @@
-"""Unit-test isolation: Ansible keeps module warnings and deprecations in process-wide
-dicts that deduplicate, so a warning one test's module raised would hide the same
-warning from the next test's module run."""
+"""Unit-test isolation for modules run in-process.
+
+Ansible keeps module warnings in process-wide dicts that deduplicate, so a warning one
+test's module raised would hide the same warning from the next test's module run. And
+once any test imports controller code (a filter plugin's AnsibleFilterError), module_utils
+believe they run on the controller and send warnings to the display instead of the
+module result; a module under test runs on a target."""
 
 import pytest
+from ansible.module_utils import _internal as ansible_internal
 from ansible.module_utils.common import warnings as ansible_warnings
 
 
 @pytest.fixture(autouse=True)
-def fresh_ansible_warnings():
+def module_side_warnings(monkeypatch):
+    monkeypatch.setattr(ansible_internal, "is_controller", False)
     ansible_warnings._global_warnings.clear()  # pylint: disable=protected-access
     ansible_warnings._global_deprecations.clear()  # pylint: disable=protected-access
     yield

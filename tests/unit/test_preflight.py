@@ -285,7 +285,7 @@ def test_cis_profile_without_exemption_is_refused_with_rendered_fixes(tmp_path):
     assert errors(result) == [("gpu-cis", "rke2.pod_security")]
     assert "does not exempt namespace gpu-operator" in message(result, "rke2.pod_security")
     values, admission, dropin = result["fixes"]
-    assert values["variables"] == {"gpu_operator_psa_enabled": True}
+    assert values["variables"] == {"gpu_operator_extra_values": {"psa": {"enabled": True}}}
     assert yaml.safe_load(values["content"]) == {"psa": {"enabled": True}}
     assert admission["path"] == "/etc/rancher/rke2/gpu-operator-pss.yaml"
     config = yaml.safe_load(admission["content"])["plugins"][0]["configuration"]
