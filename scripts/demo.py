@@ -107,8 +107,8 @@ def story_toolkit(lab):
     print_findings(result, STORY_NODE)
     lab.release(STORY_NODE)
     lab.wait_settled()
-    print("   released: %s" % ("ok" if not [f for f in check_table(lab, STORY_NODE)["findings"]
-                                       if f["severity"] == "error"] else "still failing"))
+    errors = [f for f in check_table(lab, STORY_NODE)["findings"] if f["severity"] == "error"]
+    print("   released: %s" % ("still failing" if errors else "ok"))
 
 
 def story_pending(lab):
@@ -139,9 +139,8 @@ def main():
     say("Verification report: artifacts/%s/gpu-verify.{json,md,html}" % SITE)
     print("   %s: %s" % ("PASSED" if report["passed"] else "FAILED", report["summary"]))
     for name, node in sorted(report["nodes"].items()):
-        print("   %-18s %-15s %-30s %s" % (name, node["workload_config"],
-                                          ", ".join("%s=%s" % kv for kv in sorted(node["advertised"].items())) or "-",
-                                          node["status"]))
+        advertised = ", ".join("%s=%s" % kv for kv in sorted(node["advertised"].items())) or "-"
+        print("   %-18s %-15s %-30s %s" % (name, node["workload_config"], advertised, node["status"]))
 
     story_isolation(lab)
     story_toolkit(lab)

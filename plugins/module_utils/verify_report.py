@@ -101,8 +101,8 @@ def build_report(site, node_check, readiness=None, allocatable_results=None, cud
                 layers[layer] = _layer(FAILED, "%s: %s" % (failure.get("operand"), failure.get("reason")))
             elif any(m in not_running for m in members):
                 # Not a broken layer (node_check reports none): kept off, e.g. by a taint.
-                layers[layer] = _layer(NOT_APPLICABLE, "; ".join("%s: %s" % (m, not_running[m])
-                                                                for m in members if m in not_running))
+                kept_off = ["%s: %s" % (m, not_running[m]) for m in members if m in not_running]
+                layers[layer] = _layer(NOT_APPLICABLE, "; ".join(kept_off))
             elif members:
                 layers[layer] = _layer(OK, ", ".join(members) + " running")
             else:

@@ -68,6 +68,8 @@ attributes:
     details: In check mode the report is built and returned, and no file is written.
   diff_mode:
     support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

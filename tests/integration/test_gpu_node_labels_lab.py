@@ -106,7 +106,7 @@ class Run(object):
         """(task name, result) of the task that failed."""
         marker = self.output.index("FAILED! => ")
         task = re.findall(r"^TASK \[(.*?)\] \*", self.output[:marker], re.M)[-1]
-        result, _ = json.JSONDecoder().raw_decode(self.output[marker + len("FAILED! => "):])
+        result = json.JSONDecoder().raw_decode(self.output[marker + len("FAILED! => "):])[0]
         return task, result
 
     def __repr__(self):
@@ -125,7 +125,7 @@ def run_role(lab, inventory, *args):
                # One JSON document per result: messages are not folded as the YAML format folds them.
                ANSIBLE_CALLBACK_RESULT_FORMAT="json")
     proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", inventory, PLAYBOOK] + list(args), cwd=ROOT, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, check=False)
     return Run(proc.returncode, proc.stdout)
 
 
@@ -162,16 +162,16 @@ def wait_for_fleet(lab, want):
     core = lab.core()
 
     def operands_as_wanted(pods):
-        for node, (config, _) in want.items():
+        for node, (config, _resources) in want.items():
             found = operand_pods(pods, node)
             wanted = expected_operands(config) if config is not ISOLATED else set()
-            if set(name for name, _ in found) != wanted or len(found) != len(wanted) or not all(r for _, r in found):
+            if set(f[0] for f in found) != wanted or len(found) != len(wanted) or not all(f[1] for f in found):
                 return False
         return True
 
     def resources_as_wanted(nodes):
         return all(om.gpu_resources(nodes[node].status.allocatable) == resources
-                   for node, (_, resources) in want.items())
+                   for node, (_config, resources) in want.items())
 
     pods = wait_for(core.list_namespaced_pod, operands_as_wanted, timeout=WAIT_S, namespace=NS)
     nodes = wait_for(core.list_node, resources_as_wanted, timeout=WAIT_S)
@@ -274,8 +274,8 @@ def unlabelled(lab):
         owned = json.loads(annotations.get(nl.OWNED_LABELS_ANNOTATION) or "[]")
         labels = dict((key, None) for key in node.metadata.labels or {}
                       if key in owned or key in (om.WORKLOAD_CONFIG_LABEL, om.VGPU_CONFIG_LABEL))
-        patch = {"metadata": {"labels": labels, "annotations": {nl.OWNED_LABELS_ANNOTATION: None,
-                                                                 nl.CORDONED_ANNOTATION: None}}}
+        forget = {nl.OWNED_LABELS_ANNOTATION: None, nl.CORDONED_ANNOTATION: None}
+        patch = {"metadata": {"labels": labels, "annotations": forget}}
         if nl.CORDONED_ANNOTATION in annotations:
             patch["spec"] = {"unschedulable": None}
         if labels or nl.OWNED_LABELS_ANNOTATION in annotations or nl.CORDONED_ANNOTATION in annotations:
@@ -305,8 +305,8 @@ def test_role_labels_three_workload_types_and_the_operator_follows(unlabelled, t
     assert result.rc == 0, result
     # The operator runs each type's operands on each node, and no other, and each node
     # advertises its type's resource, and no other.
-    _, nodes = wait_for_fleet(unlabelled, LABELLED)
-    for node, (config, _) in LABELLED.items():
+    nodes = wait_for_fleet(unlabelled, LABELLED)[1]
+    for node, (config, _resources) in LABELLED.items():
         want = {om.WORKLOAD_CONFIG_LABEL: config}
         if config == om.VM_VGPU:
             want[om.VGPU_CONFIG_LABEL] = "A10-12Q"
@@ -338,7 +338,7 @@ def test_role_labels_three_workload_types_and_the_operator_follows(unlabelled, t
 def test_each_workload_lands_on_its_own_node_and_another_types_request_stays_pending(labelled):
     lab = labelled["lab"]
     own = dict((resource, config) for config, resources in LABELLED.values() for resource in resources)
-    nodes_of = dict((config, set(n for n, (c, _) in LABELLED.items() if c == config)) for config in own.values())
+    nodes_of = dict((config, set(n for n, (c, _resources) in LABELLED.items() if c == config)) for config in own.values())
     anywhere = dict((resource, _pod_body({resource: "1"})) for resource in own)
     # Each type's resource pinned to a node of the next type.
     crossed = {
@@ -382,7 +382,7 @@ def test_isolating_a_node_removes_its_operands_and_gpus_and_keeps_it_schedulable
     result = run_role(lab, isolated)
     assert result.rc == 0, result
     want = dict(LABELLED, **{"gpu-container-2": (ISOLATED, {})})
-    _, nodes = wait_for_fleet(lab, want)
+    nodes = wait_for_fleet(lab, want)[1]
     node = nodes["gpu-container-2"]
     assert labels_of(node) == {om.WORKLOAD_CONFIG_LABEL: om.CONTAINER, om.OPERANDS_LABEL: om.DEPLOY_FALSE}
     # Out of the GPU layer, not cordoned: no unschedulable flag, no taint of ours.
@@ -396,7 +396,7 @@ def test_isolating_a_node_removes_its_operands_and_gpus_and_keeps_it_schedulable
     # Dropping the variable removes the label it set: the node rejoins the GPU layer.
     result = run_role(lab, labelled["inventory"])
     assert result.rc == 0, result
-    _, nodes = wait_for_fleet(lab, LABELLED)
+    nodes = wait_for_fleet(lab, LABELLED)[1]
     assert om.OPERANDS_LABEL not in nodes["gpu-container-2"].metadata.labels
 
 
@@ -412,7 +412,7 @@ def test_check_diff_lists_label_changes_per_node_and_changes_nothing(unlabelled,
         r"^--- before: node/(\S+) labels\n\+\+\+ after: node/\1 labels\n(.*?)(?=\n\n|\n--- |\Z)",
         result.output, re.M | re.S))
     assert sorted(blocks) == sorted(gpu_hosts()), result
-    for node, (config, _) in LABELLED.items():
+    for node, (config, _resources) in LABELLED.items():
         assert "+%s=%s" % (om.WORKLOAD_CONFIG_LABEL, config) in blocks[node].splitlines(), blocks[node]
     assert "+%s=A10-12Q" % om.VGPU_CONFIG_LABEL in blocks["gpu-vgpu-1"].splitlines()
     # The operator's own value is shown going away.
@@ -488,7 +488,7 @@ def test_workload_switch_under_a_gpu_pod_is_refused_then_drained(unlabelled, tmp
     remaining = lab.core().list_namespaced_pod("default", field_selector="metadata.name=" + pod.metadata.name)
     assert [p.metadata.uid for p in remaining.items] == []
     want = dict(LABELLED, **{"gpu-container-1": (om.VM_PASSTHROUGH, {"nvidia.com/GA102GL_A10": 2})})
-    _, nodes = wait_for_fleet(lab, want)
+    nodes = wait_for_fleet(lab, want)[1]
     node = nodes["gpu-container-1"]
     assert node.metadata.labels[om.WORKLOAD_CONFIG_LABEL] == om.VM_PASSTHROUGH
     # The drain's cordon is lifted with the switch.

@@ -717,7 +717,9 @@ def test_module_options_override_the_clusterpolicy(capsys):
 
 def test_module_snapshot_in_several_files(capsys, tmp_path):
     with open(LAB_SNAPSHOT) as handle:
-        fleet, clusterpolicy = list(yaml.safe_load_all(handle))
+        fleet = yaml.safe_load(handle)
+    clusterpolicy = [item for item in fleet["items"] if item["kind"] == "ClusterPolicy"][0]
+    fleet["items"] = [item for item in fleet["items"] if item["kind"] != "ClusterPolicy"]
     fleet_file, cp_file = tmp_path / "fleet.json", tmp_path / "cp.yaml"
     fleet_file.write_text(json.dumps(fleet))
     cp_file.write_text(yaml.safe_dump(clusterpolicy))

@@ -58,14 +58,14 @@ def test_unknown_workload_config_names_host_and_value():
 
 def test_unknown_operand_names_host_and_operand():
     errors, _warnings = nl.validate_nodes([{"host": "gpu01", "name": "gpu01", "workload_config": "container",
-                                    "operands_disabled": ["dcgm-exportr"]}], SANDBOX_ON)
+                                            "operands_disabled": ["dcgm-exportr"]}], SANDBOX_ON)
     assert len(errors) == 1
     assert errors[0].startswith("host gpu01: gpu_operands_disabled lists 'dcgm-exportr', which is not an operand")
 
 
 def test_operand_of_another_workload_config_is_refused():
     errors, _warnings = nl.validate_nodes([{"host": "gpu01", "name": "gpu01", "workload_config": "container",
-                                    "operands_disabled": ["vfio-manager"]}], SANDBOX_ON)
+                                            "operands_disabled": ["vfio-manager"]}], SANDBOX_ON)
     assert len(errors) == 1
     assert "'vfio-manager', which does not run on container nodes" in errors[0]
 
@@ -96,15 +96,15 @@ def test_container_with_sandbox_off_is_fine():
 
 def test_vgpu_profile_must_be_a_profile():
     errors, _warnings = nl.validate_nodes([{"host": "gpu03", "name": "gpu03", "workload_config": "vm-vgpu",
-                                    "vgpu_config": "default"}], SANDBOX_ON)
+                                            "vgpu_config": "default"}], SANDBOX_ON)
     assert len(errors) == 1
     assert "gpu_vgpu_config 'default' is not a vGPU profile" in errors[0]
 
 
 def test_vgpu_warnings():
     _errors, warnings = nl.validate_nodes([{"host": "a", "name": "a", "workload_config": "container",
-                                      "vgpu_config": "A10-12Q"},
-                                     {"host": "b", "name": "b", "workload_config": "vm-vgpu"}], SANDBOX_ON)
+                                            "vgpu_config": "A10-12Q"},
+                                           {"host": "b", "name": "b", "workload_config": "vm-vgpu"}], SANDBOX_ON)
     assert len(warnings) == 2
     assert "host a: gpu_vgpu_config 'A10-12Q' is set on a container node" in warnings[0]
     assert "host b: vm-vgpu node without gpu_vgpu_config" in warnings[1]
