@@ -87,7 +87,15 @@ observed:
 import json
 import os
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+try:
+    from kubernetes.client import ApiException
+    from urllib3.exceptions import HTTPError
+    HAS_KUBERNETES = True
+except ImportError:  # reported by main()
+    HAS_KUBERNETES = False
+    ApiException = HTTPError = Exception
 
 from ansible_collections.gpuplatform.rke2.plugins.module_utils.k8s_connection import api_client, connection_arg_spec
 from ansible_collections.gpuplatform.rke2.plugins.module_utils.site_steps import gate
@@ -128,21 +136,18 @@ def _helmchart(custom, batch, name, namespace):
     return {"installed": True, "reason": "install Job %s succeeded" % job_name}
 
 
-def _missing_apis(api, required):
+def _missing_apis(custom, required):
+    """The entries of ``required`` whose resource the API server does not serve (a list
+    of it answers 404)."""
     from kubernetes.client import ApiException
     missing = []
     for entry in required:
         group, version, plural = entry["api"].rsplit("/", 2)
-        path = "/apis/%s/%s" % (group, version) if group else "/api/%s" % version
         try:
-            data = api.call_api(path, "GET", response_type="object", _return_http_data_only=True,
-                                auth_settings=["BearerToken"])
-            served = [r.get("name") for r in (data or {}).get("resources") or []]
+            custom.list_cluster_custom_object(group, version, plural, limit=1)
         except ApiException as exc:
             if exc.status != 404:
                 raise
-            served = []
-        if plural not in served:
             missing.append({"resource": "%s/%s %s" % (group, version, plural),
                             "provider": entry.get("provider") or group})
     return missing
@@ -168,7 +173,12 @@ def main():
         required_apis=dict(type="list", elements="dict", default=[]),
     )
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    if not HAS_KUBERNETES:
+        module.fail_json(msg=missing_required_lib("kubernetes"))
     params = module.params
+    for entry in params["required_apis"]:
+        if not isinstance(entry.get("api"), str) or entry["api"].count("/") != 2:
+            module.fail_json(msg="required_apis: each entry needs api: group/version/plural, got %r" % (entry,))
     observed = {"api_error": None, "nodes": {}, "helmchart": None, "verify_report": None, "missing_resources": []}
     try:
         from kubernetes import client
@@ -178,11 +188,8 @@ def main():
         if params["step"] >= 6:
             observed["helmchart"] = _helmchart(client.CustomObjectsApi(api), client.BatchV1Api(api),
                                                params["helmchart_name"], params["helmchart_namespace"])
-        for entry in params["required_apis"]:
-            if "api" not in entry or entry["api"].count("/") < 1:
-                module.fail_json(msg="required_apis: each entry needs api: group/version/plural, got %r" % (entry,))
-        observed["missing_resources"] = _missing_apis(api, params["required_apis"])
-    except Exception as exc:  # any failure to reach the API is the finding itself
+        observed["missing_resources"] = _missing_apis(client.CustomObjectsApi(api), params["required_apis"])
+    except (ValueError, OSError, ApiException, HTTPError) as exc:  # not reaching the API is the finding itself
         observed["api_error"] = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
     if params["step"] == 7:
         try:
