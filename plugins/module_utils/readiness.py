@@ -194,18 +194,45 @@ def diagnosis_text(diagnosis, most=10):
 
 # ---------------------------------------------------------------- allocatable
 
+# The layers below the device plugin. A device plugin that registered keeps advertising
+# its GPUs when the toolkit or the driver under it breaks later, so the count alone calls
+# a node ready whose GPUs no container can use ("device plugin without toolkit").
+RUNTIME_CHAIN_LAYERS = (om.LAYER_DRIVER, om.LAYER_RUNTIME)
+
+
+def runtime_chain_failures(nodes, pods, policy, node_names, daemonsets=None):
+    """``{node: {"layer", "operand", "reason"}}``: the lowest failure in the driver or
+    container-runtime layer of each of ``node_names`` that has one, as ``node_check``
+    finds it from the operand pods."""
+    wanted = set(node_names)
+    reports = node_check.evaluate([n for n in nodes if _name(n) in wanted], pods, policy, daemonsets)["nodes"]
+    result = {}
+    for name, report in reports.items():
+        broken = [f for f in report["layer_failures"] if f["layer"] in RUNTIME_CHAIN_LAYERS]
+        if broken:
+            result[name] = broken[0]
+    return result
+
+
 def allocatable_condition(resource, names=None, explicit=False, min_per_node=1, min_nodes=None,
                           allow_no_nodes=False, namespace=None):
     """Selected nodes Ready with at least ``min_per_node`` of ``resource`` allocatable;
     ``min_nodes`` of them (default: every selected node). Nodes that join during the
-    wait are selected like the others."""
+    wait are selected like the others.
+
+    With a ClusterPolicy and the operand pods in the cache (the operator manages the
+    nodes), a node whose driver or container-runtime layer is broken does not count,
+    whatever it advertises; without them the count alone decides."""
 
     def condition(cache):
         nodes = objects(cache, "nodes")
         policy = policy_from_cache(cache, namespace)
-        selected, skipped, missing = select_nodes(nodes, resource, policy, names, explicit,
-                                                  objects(cache, "daemonsets"))
+        daemonsets = objects(cache, "daemonsets")
+        selected, skipped, missing = select_nodes(nodes, resource, policy, names, explicit, daemonsets)
         by_name = dict((_name(n), n) for n in nodes)
+        broken = {}
+        if "pods" in cache and active_clusterpolicy(objects(cache, "clusterpolicies")) is not None:
+            broken = runtime_chain_failures(nodes, objects(cache, "pods"), policy, selected, daemonsets)
         per_node, ready, waiting = {}, [], {}
         for name in selected:
             node = by_name[name]
@@ -213,11 +240,18 @@ def allocatable_condition(resource, names=None, explicit=False, min_per_node=1, 
             have = count(status.get("allocatable"), resource)
             node_is_ready, why = node_ready(node)
             per_node[name] = {"allocatable": have, "capacity": count(status.get("capacity"), resource),
-                              "ready": node_is_ready and have >= min_per_node}
+                              "ready": node_is_ready and have >= min_per_node and name not in broken}
             if per_node[name]["ready"]:
                 ready.append(name)
+            elif why:
+                waiting[name] = why
+            elif name in broken:
+                failure = broken[name]
+                waiting[name] = "%s (%s): %s" % (failure["layer"], failure["operand"], failure["reason"])
+                if have >= min_per_node:
+                    waiting[name] += "; the %d %s it advertises are not usable" % (have, resource)
             else:
-                waiting[name] = why or "allocatable %s: %d, wanted %d" % (resource, have, min_per_node)
+                waiting[name] = "allocatable %s: %d, wanted %d" % (resource, have, min_per_node)
         for name in missing:
             waiting[name] = "not in the cluster"
         wanted = min_nodes if min_nodes is not None else len(selected) + len(missing)

@@ -12,13 +12,17 @@ module: gpu_allocatable_wait
 short_description: Wait until GPU nodes advertise an allocatable GPU resource
 version_added: 0.1.0
 description:
-  - Watches Node objects through the Kubernetes API (one list and one watch, not polling) until the selected nodes
-    are Ready and advertise at least O(min_per_node) of O(resource) as allocatable, and returns as soon as they do.
+  - Watches Node objects through the Kubernetes API (one list and one watch, not polling; for a GPU Operator resource
+    also the ClusterPolicy, the operand DaemonSets and the operand pods) until the selected nodes are Ready and
+    advertise at least O(min_per_node) of O(resource) as allocatable, and returns as soon as they do.
   - By default the selected nodes are the GPU nodes on which the GPU Operator will run the device plugin that
     produces O(resource), the way the operator decides it (node labels and the ClusterPolicy, through the
     collection's operand model); GPU nodes left out (another workload config, the plugin switched off, a taint the
     operand DaemonSets do not tolerate, another MIG or vGPU profile) are returned in RV(skipped_nodes).
   - A node that joins during the wait is selected like the others.
+  - Where the GPU Operator manages the nodes (a ClusterPolicy exists), a node whose driver or container-runtime
+    layer is broken does not count, whatever it advertises. A device plugin that registered keeps advertising its
+    GPUs when the toolkit under it fails later, and no container can use them then.
   - Rides through API server restarts (the RKE2 restart the container toolkit causes) within one overall
     O(timeout). At the deadline it fails naming, for each node that is not ready, the lowest broken layer (node,
     driver, container-runtime, device-plugin, allocatable), the operand and the pod's reason.
@@ -62,7 +66,8 @@ options:
   operator_namespace:
     description:
       - The GPU Operator's namespace. Its operand DaemonSets say which taints the operands tolerate (default
-        selection), and the timeout diagnosis looks there for operand pods.
+        selection), and its operand pods whether a node's driver and container runtime work and, at a timeout,
+        which layer broke.
     type: str
     default: gpu-operator
   timeout:
@@ -139,7 +144,7 @@ api_requests:
   description: List and watch requests the wait made; it does not grow with the wait's length.
   returned: always
   type: dict
-  sample: {"list": 2, "watch": 2, "total": 4}
+  sample: {"list": 4, "watch": 4, "total": 8}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -171,16 +176,18 @@ def check_params(params):
 
 
 def resources(params):
-    """What to watch: the nodes (by selector or name where the API can filter) and, for
-    the default selection, the ClusterPolicy and the operand DaemonSets that decide it."""
+    """What to watch: the nodes (by selector or name where the API can filter) and, for a
+    GPU Operator resource, the ClusterPolicy, the operand DaemonSets and the operand pods,
+    which decide the default selection and whether a node's runtime chain works."""
     names = params["names"] or []
     field_selector = "metadata.name=" + names[0] if len(names) == 1 else None
     result = [k8s_wait.resource("nodes", "v1", "nodes", label_selector=params["label_selector"],
                                 field_selector=field_selector)]
-    if not (params["label_selector"] or names):
+    if om.resource_workload_config(params["resource"]) is not None:
         result.append(k8s_wait.resource("clusterpolicies", "/".join(om.CLUSTER_POLICY_API[:2]),
                                         om.CLUSTER_POLICY_API[2], optional=True))
         result.append(k8s_wait.resource("daemonsets", "apps/v1", "daemonsets", namespace=params["operator_namespace"]))
+        result.append(k8s_wait.resource("pods", "v1", "pods", namespace=params["operator_namespace"]))
     return result
 
 

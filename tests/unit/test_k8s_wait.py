@@ -214,6 +214,14 @@ def test_an_error_retrying_cannot_mend_fails_the_wait_with_its_message():
         run(cluster, [NODES], all_nodes_have(2))
 
 
+def test_a_feeder_that_dies_of_an_unforeseen_error_fails_the_wait_at_once():
+    cluster = FakeCluster(nodes=[node("gpu-1", 0)])
+    cluster.fail_watch("nodes", ValueError("Cannot shutdown socket"))
+    with pytest.raises(WaitFailed, match="watching nodes failed: ValueError: Cannot shutdown socket"):
+        run(cluster, [NODES], all_nodes_have(2))
+    assert cluster.clock.now() < 300
+
+
 def test_a_forbidden_first_list_fails_at_once():
     cluster = FakeCluster(nodes=[])
     cluster.fail_list("nodes", ApiError(403, 'nodes is forbidden: User "x" cannot list resource "nodes"'))
@@ -381,6 +389,11 @@ class _StubApi(object):
                             data = (json.dumps(line) + "\n").encode()
                             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                             self.wfile.flush()
+                        if hold == "cut":
+                            # The API server goes away mid-watch: no terminating chunk.
+                            self.connection.shutdown(socket.SHUT_RDWR)
+                            self.close_connection = True
+                            return
                         if hold:
                             # Keep the watch open until the client goes away.
                             self.connection.settimeout(30)
@@ -457,6 +470,21 @@ def test_kube_api_relists_after_an_expired_watch_over_http(stub):
     result = Waiter(_kube_api(stub.host), [NODES], 60).wait(all_nodes_have(2))
     assert result.done and result.relists == 1
     assert "resourceVersion=20" in stub.requests[3]
+
+
+def test_kube_api_relists_after_the_server_cut_a_watch_over_http(stub):
+    # urllib3 closes a response whose connection broke; closing the stream again must not
+    # kill the kind's feeder, or the wait would sit out its deadline on a frozen cache.
+    stub.lists.append((200, _node_list("7", node("gpu-1", 0))))
+    stub.lists.append((200, _node_list("30", node("gpu-1", 0))))
+    stub.watches.append(([{"type": "BOOKMARK", "object": {"kind": "Node", "metadata": {"resourceVersion": "8"}}}],
+                         "cut"))
+    modified = dict(node("gpu-1", 2), metadata={"name": "gpu-1", "resourceVersion": "31"})
+    stub.watches.append(([{"type": "MODIFIED", "object": modified}], True))
+    result = Waiter(_kube_api(stub.host), [NODES], 60, backoff_initial=0.01).wait(all_nodes_have(2))
+    assert result.done and result.reconnects == 1 and result.relists == 1
+    assert result.api_requests == {"list": 2, "watch": 2, "total": 4}
+    assert "resourceVersion=30" in stub.requests[3]
 
 
 def test_kube_api_turns_http_and_connection_failures_into_api_errors(stub):

@@ -149,6 +149,31 @@ def test_the_clusterpolicy_in_the_cache_decides_the_default_selection():
     assert condition(cache(nodes=nodes, clusterpolicies=[clusterpolicy(SANDBOX_SPEC)]))[0]
 
 
+def test_a_node_whose_runtime_chain_broke_does_not_count_whatever_it_advertises():
+    nodes = [gpu_node("gpu-container-1"), gpu_node("gpu-container-2")]
+    healthy = chain_pods("gpu-container-1")
+    no_toolkit = healthy + chain_pods("gpu-container-2", container_toolkit={"ready": False, "waiting": "CrashLoopBackOff"})
+    condition = rd.allocatable_condition(GPU)
+    done, detail = condition(cache(nodes=nodes, pods=no_toolkit, clusterpolicies=[clusterpolicy()]))
+    assert not done and detail["ready"] == ["gpu-container-1"]
+    assert detail["nodes"]["gpu-container-2"] == {"allocatable": 2, "capacity": 2, "ready": False}
+    assert detail["waiting"] == {"gpu-container-2": "container-runtime (container-toolkit): CrashLoopBackOff; "
+                                                    "the 2 nvidia.com/gpu it advertises are not usable"}
+    no_driver = healthy + chain_pods("gpu-container-2", CONTAINER_CHAIN[1:])
+    done, detail = condition(cache(nodes=nodes, pods=no_driver, clusterpolicies=[clusterpolicy()]))
+    assert not done and detail["waiting"]["gpu-container-2"].startswith("driver (driver): no pod; ")
+    unplugged = [gpu_node("gpu-container-1"), gpu_node("gpu-container-2", gpus=0)]
+    done, detail = condition(cache(nodes=unplugged, pods=no_driver, clusterpolicies=[clusterpolicy()]))
+    assert detail["waiting"]["gpu-container-2"] == "driver (driver): no pod"
+    # Layers above the device plugin do not make the GPUs unusable.
+    no_exporter = healthy + chain_pods("gpu-container-2", dcgm_exporter={"ready": False, "waiting": "CrashLoopBackOff"})
+    assert condition(cache(nodes=nodes, pods=no_exporter, clusterpolicies=[clusterpolicy()]))[0]
+    # Without a ClusterPolicy the operator manages no chain there: the count alone decides.
+    assert condition(cache(nodes=nodes, pods=no_toolkit, clusterpolicies=[]))[0]
+    assert condition(cache(nodes=nodes, pods=healthy + chain_pods("gpu-container-2"),
+                           clusterpolicies=[clusterpolicy()]))[0]
+
+
 # ---------------------------------------------------------------- diagnosis
 
 def test_diagnosis_names_the_lowest_broken_layer_per_node():

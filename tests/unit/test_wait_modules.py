@@ -62,8 +62,9 @@ def test_allocatable_holds_on_the_first_list(run):
     assert [w["event"]["msg"] for w in result["warnings"]] == [
         "GPU node gpu-tainted-1 is not waited for: taint dedicated=training:NoSchedule is not tolerated by the operand "
         "DaemonSets"]
-    # Nodes, the ClusterPolicy and the operand DaemonSets that decide the selection.
-    assert result["api_requests"] == {"list": 3, "watch": 0, "total": 3}
+    # Nodes; the ClusterPolicy and the operand DaemonSets that decide the selection; the operand pods that say
+    # whether each node's runtime chain works.
+    assert result["api_requests"] == {"list": 4, "watch": 0, "total": 4}
     assert result["elapsed"] == 0
 
 
@@ -84,7 +85,7 @@ def test_allocatable_waits_for_a_node_that_joins_mid_wait(run):
     assert rc == 0
     assert result["elapsed"] == 15
     assert result["ready_nodes"] == ["gpu-1", "gpu-2", "gpu-3"]
-    assert result["api_requests"] == {"list": 3, "watch": 3, "total": 6}
+    assert result["api_requests"] == {"list": 4, "watch": 4, "total": 8}
 
 
 def test_allocatable_rides_through_an_api_server_restart(run):
@@ -112,7 +113,21 @@ def test_allocatable_timeout_names_each_nodes_broken_layer(run):
     assert result["diagnosis"]["gpu-container-2"]["layer"] == om.LAYER_RUNTIME
     assert [f["layer"] for f in result["diagnosis"]["gpu-container-3"]["layer_failures"]] == [
         om.LAYER_DEVICE_PLUGIN, om.LAYER_ALLOCATABLE]
-    assert result["elapsed"] == 120 and result["api_requests"]["total"] == 6
+    assert result["elapsed"] == 120 and result["api_requests"]["total"] == 8
+
+
+def test_allocatable_does_not_count_gpus_advertised_over_a_broken_toolkit(run):
+    nodes, pods = healthy_fleet()
+    pods = chain_pods("gpu-container-1") + chain_pods(
+        "gpu-container-2", container_toolkit={"ready": False, "waiting": "CrashLoopBackOff"})
+    cluster = FakeCluster(nodes=nodes, pods=pods, clusterpolicies=[clusterpolicy()])
+    rc, result, _connects = run(gpu_allocatable_wait, cluster, timeout=60)
+    assert rc == 1
+    assert result["msg"] == (
+        "timed out after 60s waiting for nvidia.com/gpu: 1 of 2 wanted nodes have 1 nvidia.com/gpu allocatable. "
+        "gpu-container-2: container-runtime (container-toolkit): CrashLoopBackOff")
+    assert result["nodes"]["gpu-container-2"] == {"allocatable": 2, "capacity": 2, "ready": False}
+    assert result["ready_nodes"] == ["gpu-container-1"]
 
 
 def test_allocatable_timeout_while_the_api_server_is_away_says_so(run):
@@ -120,7 +135,7 @@ def test_allocatable_timeout_while_the_api_server_is_away_says_so(run):
     cluster = FakeCluster(nodes=[gpu_node("gpu-1", gpus=0)])
     cluster.script("nodes", [("advance", 1), ("drop", 0)])
     cluster.fail_list("nodes", None, *([refused] * 50))
-    cluster.fail_list("pods", refused)
+    cluster.fail_list("pods", *([refused] * 50))
     rc, result, _connects = run(gpu_allocatable_wait, cluster, timeout=30)
     assert rc == 1
     assert result["msg"] == (
@@ -158,11 +173,17 @@ def test_allocatable_watches_what_the_options_select():
 
     default = gpu_allocatable_wait.resources(params())
     assert [(r.key, r.optional) for r in default] == [("nodes", False), ("clusterpolicies", True),
-                                                      ("daemonsets", False)]
+                                                      ("daemonsets", False), ("pods", False)]
     assert (default[1].api_version, default[1].plural) == ("nvidia.com/v1", "clusterpolicies")
     assert (default[2].api_version, default[2].namespace) == ("apps/v1", "gpu-ops")
+    assert (default[3].api_version, default[3].namespace) == ("v1", "gpu-ops")
+    # Named nodes of a GPU Operator resource: their runtime chain decides too.
     one = gpu_allocatable_wait.resources(params(names=["gpu-1"]))
-    assert [r.key for r in one] == ["nodes"] and one[0].field_selector == "metadata.name=gpu-1"
+    assert [r.key for r in one] == ["nodes", "clusterpolicies", "daemonsets", "pods"]
+    assert one[0].field_selector == "metadata.name=gpu-1"
+    # Any other extended resource: the nodes alone.
+    fpga = gpu_allocatable_wait.resources(params(resource="example.com/fpga", label_selector="fpga=true"))
+    assert [r.key for r in fpga] == ["nodes"]
     selected = gpu_allocatable_wait.resources(params(label_selector="site=tirosh", names=["a", "b"]))
     assert selected[0].label_selector == "site=tirosh" and selected[0].field_selector is None
     rc_params = params(resource="example.com/fpga", label_selector="fpga=true", min_per_node=1, min_nodes=None,
