@@ -27,7 +27,7 @@ description:
     O(timeout). At the deadline it fails naming, for each node that is not ready, the lowest broken layer (node,
     driver, container-runtime, device-plugin, allocatable), the operand and the pod's reason.
 author:
-  - gpuplatform.rke2 contributors
+  - gpuplatform.rke2 maintainers (@gpuplatform)
 options:
   resource:
     description:
