@@ -157,7 +157,7 @@ def run_poll_once(lab, scenario, hold, interval):
         while True:
             state["calls"] += 1
             out = subprocess.run([kubectl] + scenario.poll_argv, env=env, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, universal_newlines=True)
+                                 stderr=subprocess.PIPE, universal_newlines=True, check=False)
             if out.returncode == 0 and scenario.poll_done(out.stdout):
                 state["ended"] = time.monotonic()
                 return

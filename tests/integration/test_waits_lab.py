@@ -52,8 +52,8 @@ def _start_waiting(lab, name, args):
 
 
 def _sample_pods(lab):
-    pods = lab.core().list_namespaced_pod("default", label_selector="%s=%s" % (rd.SAMPLE_LABEL_MANAGED_BY,
-                                                                                rd.MANAGED_BY)).items
+    selector = "%s=%s" % (rd.SAMPLE_LABEL_MANAGED_BY, rd.MANAGED_BY)
+    pods = lab.core().list_namespaced_pod("default", label_selector=selector).items
     return sorted(p.metadata.name for p in pods)
 
 
