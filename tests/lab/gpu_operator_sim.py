@@ -14,11 +14,25 @@ and the operator's own DaemonSet manifests (shared/reference/.../assets):
   while the operator pod runs: node labelling as the facts file section 2 says, one
   DaemonSet per enabled operand (real manifests, namespace and images filled in),
   ClusterPolicy status.
+- the site mirror: with the HelmChart annotation
+  ``lab.gpuplatform.invalid/mirror-registry: <host[/path]>``, an operand pod with an
+  image outside that mirror stays Running but not Ready in ``ImagePullBackOff``, the
+  message naming the image (what an air-gapped node shows). Images are resolved by the
+  collection's own rules (``image_plan.block_reference`` over the chart defaults
+  coalesced with the values, ``operator_values.effective_values``), except that the
+  driver's tag carries no OS suffix: the lab's nodes have no OS labels.
 - the device plugins: a node advertises its workload config's resource only while
   its (sandbox) device plugin pod is Running and Ready.
 - the CUDA sample: a pod running a ``cuda-sample`` image completes Succeeded with
   ``Test PASSED`` in its log, or Failed when the node's chain is broken or the lab
   switch says so.
+
+Waiting for it: every reconcile publishes a summary in the ConfigMap
+``kube-system/gpu-operator-sim`` (installed, settled, per-node report). A waiter that
+writes a fresh token to that ConfigMap's annotation ``lab.gpuplatform.invalid/sync`` and
+waits until the summary echoes it and says settled has seen the simulator catch up with
+every write it made before (a summary read without that can predate the waiter's last
+change).
 
 The real DaemonSet controller creates the operand pods, the real scheduler places
 them, kwok runs them. The simulator is level-based: every watch event triggers one
@@ -39,7 +53,9 @@ import time
 import yaml
 from kubernetes import client, config, watch
 
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import image_plan
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
+from ansible_collections.gpuplatform.rke2.plugins.module_utils.operator_values import effective_values, lookup
 from tests.lab import fleet as fleet_mod
 
 SIM_CONFIGMAP = "gpu-operator-sim"
@@ -47,6 +63,9 @@ HELM_FINALIZER = "wrangler.cattle.io/on-helm-chart-remove"
 INSTALL_ANNOTATION = fleet_mod.LAB_ANNOTATION + "install"
 MIRROR_ANNOTATION = fleet_mod.LAB_ANNOTATION + "mirror-registry"
 VALUES_HASH_ANNOTATION = fleet_mod.LAB_ANNOTATION + "values-hash"
+# A waiter writes a fresh token here on the summary ConfigMap; the summary echoes the token
+# of the reconcile that computed it (see Simulator._sync_token).
+SYNC_ANNOTATION = fleet_mod.LAB_ANNOTATION + "sync"
 FAIL_LABEL = fleet_mod.LAB_ANNOTATION + "fail"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-operator-sim"}
 # ClusterPolicy spec keys the chart renders from its values.
@@ -65,23 +84,15 @@ def now_rfc3339():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def deep_merge(base, override):
-    result = copy.deepcopy(base)
-    for key, value in (override or {}).items():
-        if isinstance(value, dict) and isinstance(result.get(key), dict):
-            result[key] = deep_merge(result[key], value)
-        else:
-            result[key] = copy.deepcopy(value)
-    return result
-
-
-def image_of(values, key, chart_version):
-    spec = values.get(key) or {}
-    repository = spec.get("repository") or ""
-    image = spec.get("image") or key
-    version = spec.get("version") or chart_version
-    ref = "%s/%s" % (repository.rstrip("/"), image) if repository else image
-    return "%s@%s" % (ref, version) if str(version).startswith("sha256:") else "%s:%s" % (ref, version)
+def image_of(values, path, chart_version):
+    """The image the operator runs for a values block (``driver.manager`` too), by the
+    collection's own reference rules; None when the block names no complete image (the
+    real operator then fails that state and deploys nothing for it)."""
+    block = lookup(values, path)
+    if not isinstance(block, dict):
+        return None
+    app_version = chart_version if path in image_plan.APP_VERSION_BLOCKS else None
+    return image_plan.block_reference(block, app_version)
 
 
 def pod_running_ready(pod):
@@ -135,6 +146,8 @@ class Simulator(object):
             ("jobs", self.batch.list_namespaced_job, {"namespace": "kube-system"}),
             ("helmcharts", self.custom.list_namespaced_custom_object,
              {"group": "helm.cattle.io", "version": "v1", "namespace": "kube-system", "plural": "helmcharts"}),
+            ("sync", self.core.list_namespaced_config_map,
+             {"namespace": "kube-system", "field_selector": "metadata.name=" + SIM_CONFIGMAP}),
         )
         for name, fn, kwargs in watches:
             threading.Thread(target=self._watch, args=(name, fn), kwargs=kwargs, daemon=True).start()
@@ -167,14 +180,21 @@ class Simulator(object):
             return None
 
     # ------------------------------------------------------------ reconcile
+    def _sync_token(self):
+        """The token a waiter last wrote on the summary ConfigMap. Read before anything else,
+        so a summary that echoes it was computed from every write the waiter made before."""
+        current = self._ignore((404,), self.core.read_namespaced_config_map, SIM_CONFIGMAP, "kube-system")
+        return ((current.metadata.annotations or {}).get(SYNC_ANNOTATION)) if current is not None else None
+
     def reconcile(self):
         self.changes = 0
+        sync = self._sync_token()
         charts = [c for c in self.custom.list_namespaced_custom_object(
             "helm.cattle.io", "v1", "kube-system", "helmcharts")["items"] if c["spec"].get("chart") == "gpu-operator"]
         chart = charts[0] if charts else None
         summary = {"installed": False, "settled": False, "nodes": {},
                    "chart_generation": chart["metadata"].get("generation") if chart else None,
-                   "chart_uid": chart["metadata"].get("uid") if chart else None}
+                   "chart_uid": chart["metadata"].get("uid") if chart else None, "sync": sync}
         if chart is None or chart["metadata"].get("deletionTimestamp"):
             self.teardown(chart)
             summary["settled"] = self.changes == 0
@@ -254,7 +274,7 @@ class Simulator(object):
         self._set_chart_status(chart, job_name)
         if not status.get("succeeded"):
             return False, values, namespace
-        return True, deep_merge(self.chart_defaults, values), namespace
+        return True, effective_values(self.chart_defaults, values), namespace
 
     def _create_install_job(self, job_name, chart_name, digest, fail, spec):
         labels = {"helmcharts.helm.cattle.io/chart": chart_name}
@@ -304,6 +324,9 @@ class Simulator(object):
         self._ensure(self.core.read_namespace, self.core.create_namespace, self.core.patch_namespace, namespace, None,
                      {"metadata": {"name": namespace}}, lambda o: o["metadata"]["name"])
         operator_image = image_of(values, "operator", version)
+        if operator_image is None:
+            print("operator: the values name no complete operator image", file=sys.stderr, flush=True)
+            return {"operator_running": False}
         deployment = {
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": om.OPERATOR_DEPLOYMENT, "namespace": namespace, "labels": {"app": "gpu-operator"}},
@@ -339,7 +362,7 @@ class Simulator(object):
         pods = self._json(self.core.list_namespaced_pod(namespace))["items"]
         report = self.advertise(nodes, pods, policy)
         daemonsets = self._json(self.apps.list_namespaced_daemon_set(namespace))["items"]
-        settled = self._operands_settled(daemonsets, pods)
+        settled = self._operands_settled(daemonsets, pods, nodes)
         gpu_nodes = [n for n in nodes if om.is_gpu_node(n["metadata"].get("labels"))]
         # Like the real operator: ready when every operand DaemonSet has as many ready pods
         # as it wants, which says nothing about GPU nodes the DaemonSets cannot reach.
@@ -353,7 +376,7 @@ class Simulator(object):
         else:
             self._cluster_policy_status("notReady", "False", "OperandNotReady",
                                         "not ready: %s" % ", ".join(unready or ["rolling out"]), namespace)
-        return {"operator_running": True, "operands_settled": settled, "nodes": report}
+        return {"operator_running": True, "operands_settled": settled, "nodes": report, "mirror": mirror}
 
     def _ensure_cluster_policy(self, spec):
         args = ("nvidia.com", "v1", "clusterpolicies")
@@ -419,7 +442,9 @@ class Simulator(object):
         pod_spec["containers"] = [c for c in pod_spec["containers"] if not c["name"].startswith("openshift-driver-toolkit")]
         main_image = image_of(values, operand.values_key, version)
         validator_image = image_of(values, "validator", version)
-        manager_image = image_of(values["driver"], "manager", version)
+        manager_image = image_of(values, "driver.manager", version)
+        if None in (main_image, validator_image, manager_image):
+            return None
         for container in (pod_spec.get("initContainers") or []) + pod_spec.get("containers", []):
             if container["name"].endswith("-validation") or "validator" in container["name"]:
                 container["image"] = validator_image
@@ -437,6 +462,10 @@ class Simulator(object):
             enabled = policy["operands_enabled"].get(operand.name)
             if enabled:
                 ds = self._daemonset_manifest(operand, values, version, namespace)
+                if ds is None:
+                    print("daemonsets: %s is enabled but its values name no complete image" % operand.name,
+                          file=sys.stderr, flush=True)
+                    continue
                 account = ds["spec"]["template"]["spec"].get("serviceAccountName")
                 if account:
                     self._ensure(self.core.read_namespaced_service_account,
@@ -445,9 +474,9 @@ class Simulator(object):
                                  {"metadata": {"name": account}}, lambda o: o["metadata"]["name"])
                 self._ensure(self.apps.read_namespaced_daemon_set, self.apps.create_namespaced_daemon_set,
                              self.apps.patch_namespaced_daemon_set, operand.daemonset, namespace, ds,
-                             lambda o: json.dumps([o["spec"]["template"]["spec"].get("tolerations"),
-                                                   [c["image"] for c in o["spec"]["template"]["spec"]["containers"]]],
-                                                  sort_keys=True))
+                             lambda o: json.dumps([o["spec"]["template"]["spec"].get("tolerations"), [
+                                 c["image"] for c in (o["spec"]["template"]["spec"].get("initContainers") or [])
+                                 + o["spec"]["template"]["spec"]["containers"]]], sort_keys=True))
             elif self._ignore((404,), self.apps.delete_namespaced_daemon_set, operand.daemonset, namespace) is not None:
                 self.changes += 1
 
@@ -464,8 +493,8 @@ class Simulator(object):
             if operand is None or status.get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
                 continue
             node = pod["spec"].get("nodeName")
-            images = [c["image"] for c in pod["spec"]["containers"]]
-            outside = [i for i in images if mirror and not i.startswith(mirror.rstrip("/") + "/")]
+            images = [c["image"] for c in (pod["spec"].get("initContainers") or []) + pod["spec"]["containers"]]
+            outside = [i for i in images if mirror and not image_plan.within(i, mirror)]
             if operand.name in held.get(node, ()) or "*" in held.get(node, ()):
                 reason, message = "CrashLoopBackOff", "back-off 5m0s restarting failed container (lab hold-down)"
             elif outside:
@@ -550,14 +579,23 @@ class Simulator(object):
         return report
 
     @staticmethod
-    def _operands_settled(daemonsets, pods):
-        """Every operand DaemonSet's controller caught up, and every one of its pods
-        reached the state the simulator gives it (Ready, or held down)."""
+    def _operands_settled(daemonsets, pods, nodes):
+        """Every operand DaemonSet's controller caught up, and every operand pod reached the
+        state the simulator gives it (Ready, or held down). Caught up: it counts at least
+        the nodes its selector matches and whose taints it tolerates, so a deploy label the
+        simulator just set keeps the lab unsettled until the controller saw it. (A deleted
+        node stays counted until its orphaned pods are collected, about a minute; nothing
+        waits on that.)"""
         for ds in daemonsets:
             status = ds.get("status") or {}
             if status.get("observedGeneration") != ds["metadata"].get("generation"):
                 return False
-            if status.get("currentNumberScheduled") != status.get("desiredNumberScheduled"):
+            template = ds["spec"]["template"]["spec"]
+            selector = (template.get("nodeSelector") or {}).items()
+            wanted = sum(1 for n in nodes if all((n["metadata"].get("labels") or {}).get(k) == v for k, v in selector)
+                         and not om.untolerated_taints((n.get("spec") or {}).get("taints"), template.get("tolerations")))
+            desired = status.get("desiredNumberScheduled", 0)
+            if desired != status.get("currentNumberScheduled", 0) or desired < wanted:
                 return False
         for pod in pods:
             if om.operand_of_pod(pod["metadata"].get("labels")) is None:

@@ -20,6 +20,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 
 import yaml
 
@@ -586,8 +587,15 @@ class Lab(object):
         """Waits until the simulator has caught up with the current HelmChart (or its
         absence) and every operand pod reached its state (lab plumbing for test set-up;
         the product's waits are the collection's modules)."""
+        # A fresh token the simulator echoes in its summary: a summary that carries it was
+        # computed from a reconcile that read the cluster after every change made before this call.
+        token = uuid.uuid4().hex
+        self._sync(token)
+
         def caught_up():
             summary = self.settled() or {}
+            if summary.get("sync") != token:
+                return False
             chart = self._chart()
             if installed:
                 if chart is None or not summary.get("installed"):
@@ -600,6 +608,16 @@ class Lab(object):
             return bool(summary.get("settled"))
         self._wait_for("simulated GPU Operator settled", caught_up, timeout, "gpu-operator-sim")
         return self.settled()
+
+    def _sync(self, token):
+        from kubernetes import client
+        body = {"metadata": {"name": "gpu-operator-sim", "annotations": {fleet_mod.LAB_ANNOTATION + "sync": token}}}
+        try:
+            self.core().patch_namespaced_config_map("gpu-operator-sim", "kube-system", body)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+            self.core().create_namespaced_config_map("kube-system", body)
 
     def _annotate(self, node, key, value):
         self.core().patch_node(node, {"metadata": {"annotations": {key: value}}})
