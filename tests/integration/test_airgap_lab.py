@@ -142,4 +142,3 @@ def test_an_image_the_plan_missed_is_a_device_plugin_layer_failure_on_each_node_
         assert {"driver", "container-toolkit"} <= running_operands(airgap_lab)[node]
     for node in ("gpu-passthrough-1", "gpu-vgpu-1"):
         assert check["nodes"][node]["ok"] and check["nodes"][node]["layer_failures"] == [], node
-
