@@ -3,19 +3,15 @@
 inventory), what the default callback printed (recap counts, each task's outcome), and
 what the cluster then holds (the HelmChart, the operands running on each node)."""
 
-import json
 import os
 import re
 import subprocess
 import sys
-import uuid
 
 import yaml
 from kubernetes import client
 
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
-from tests.integration.kube import wait_for
-from tests.lab.gpu_operator_sim import SIM_CONFIGMAP, SYNC_ANNOTATION
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COLLECTIONS = os.path.join(ROOT, ".build", "collections")
@@ -109,7 +105,7 @@ def without_operator(lab):
     has to tear down."""
     lab.reset()
     lab.uninstall_operator()
-    wait_simulator(lab, installed=False)
+    lab.wait_settled(installed=False)
 
 
 def helmchart(lab):
@@ -134,43 +130,9 @@ def running_operands(lab, namespace="gpu-operator"):
     return running
 
 
-def wait_simulator(lab, installed=True, mirror=None, timeout=120):
-    """Waits until the simulator caught up with every write made before this call (a token
-    it echoes, see tests/lab/gpu_operator_sim.py) and has nothing left to change: with
-    ``installed`` for the current HelmChart, with ``mirror`` enforced; else with no chart.
-    Returns its summary."""
-    name, namespace = SIM_CONFIGMAP, "kube-system"
-    token = uuid.uuid4().hex
-    _write_token(lab.core(), name, namespace, token)
-    chart = helmchart(lab)
-    assert chart is not None or not installed, "no HelmChart gpu-operator to wait for"
-
-    def caught_up(objects):
-        config_map = objects.get(name)
-        summary = json.loads(((config_map.data or {}) if config_map else {}).get("status") or "{}")
-        if summary.get("sync") != token or not summary.get("settled"):
-            return False
-        if not installed:
-            # Gone, not just deleting: helm-controller's uninstall ran.
-            return summary.get("chart_uid") is None
-        return (summary.get("installed") and summary.get("mirror") == mirror
-                and (summary.get("chart_uid"), summary.get("chart_generation"))
-                == (chart["metadata"]["uid"], chart["metadata"]["generation"]))
-    objects = wait_for(lab.core().list_namespaced_config_map, caught_up, timeout=timeout, namespace=namespace)
-    return json.loads(objects[name].data["status"])
-
-
-def _write_token(core, name, namespace, token):
-    body = {"metadata": {"name": name, "annotations": {SYNC_ANNOTATION: token}}}
-    try:
-        core.patch_namespaced_config_map(name, namespace, body)
-    except client.ApiException as exc:
-        if exc.status != 404:
-            raise
-        try:
-            # The simulator has not published yet: it finds the token when it does.
-            core.create_namespaced_config_map(namespace, body)
-        except client.ApiException as exc:
-            if exc.status != 409:
-                raise
-            core.patch_namespaced_config_map(name, namespace, body)
+def wait_mirror_enforced(lab, mirror):
+    """Waits until the simulator caught up with the current HelmChart and every change made
+    before (Lab.wait_settled), and checks it enforced ``mirror``; returns its summary."""
+    summary = lab.wait_settled()
+    assert summary.get("mirror") == mirror, summary.get("mirror")
+    return summary

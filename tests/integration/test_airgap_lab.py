@@ -12,7 +12,7 @@ import yaml
 from kubernetes import client
 
 from tests.integration.gpu_operator import (HELMCHART, assert_applied, helmchart, manifest_values, role_runner,
-                                            running_operands, wait_simulator, without_operator)
+                                            running_operands, wait_mirror_enforced, without_operator)
 from tests.integration.modules import run_module
 from tests.lab.gpu_operator_sim import MIRROR_ANNOTATION
 from tests.lab.lab import REFERENCE
@@ -96,7 +96,7 @@ def test_with_every_image_in_the_mirror_no_operand_waits_on_a_pull(airgap_lab, r
 
     # From now on the nodes reach nothing but the mirror.
     _annotate_mirror(airgap_lab, MIRROR)
-    wait_simulator(airgap_lab, mirror=MIRROR)
+    wait_mirror_enforced(airgap_lab, MIRROR)
     assert _pull_failures(airgap_lab) == []
     images = [c.image for p in airgap_lab.core().list_namespaced_pod(NS).items
               for c in (p.spec.init_containers or []) + p.spec.containers]
@@ -119,7 +119,7 @@ def test_an_image_the_plan_missed_is_a_device_plugin_layer_failure_on_each_node_
     values["devicePlugin"]["repository"] = "nvcr.io/nvidia"
     missed = _chart_default_image("devicePlugin")
     airgap_lab.install_operator(values, annotations={MIRROR_ANNOTATION: MIRROR})
-    wait_simulator(airgap_lab, mirror=MIRROR)
+    wait_mirror_enforced(airgap_lab, MIRROR)
     # Only the device plugin's pods (both their containers run that image) wait on the pull.
     failures = _pull_failures(airgap_lab)
     assert sorted(set((f[0], f[2]) for f in failures)) == [(n, missed) for n in CONTAINER_NODES]
