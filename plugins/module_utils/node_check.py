@@ -195,9 +195,15 @@ def is_present(pod):
     return not is_terminating(pod) and (pod.get("status") or {}).get("phase", "Pending") in ("Pending", "Running")
 
 
-def _state_reason(state):
+_IMAGE_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
+
+
+def _state_reason(state, image=None):
     waiting = state.get("waiting")
     if waiting and waiting.get("reason"):
+        # An air-gapped node's first question: which image could it not pull?
+        if waiting["reason"] in _IMAGE_REASONS and image:
+            return "%s: %s" % (waiting["reason"], image)
         return waiting["reason"]
     terminated = state.get("terminated")
     if terminated:
@@ -220,12 +226,12 @@ def pod_status_reason(pod):
         terminated = state.get("terminated")
         if terminated and terminated.get("exitCode") == 0:
             continue
-        reason = _state_reason(state)
+        reason = _state_reason(state, cs.get("image"))
         if reason and reason != "PodInitializing":
             return "Init:" + reason
         return "Init:%d/%d" % (index, len(init_statuses))
     for cs in status.get("containerStatuses") or ():
-        reason = _state_reason(cs.get("state") or {})
+        reason = _state_reason(cs.get("state") or {}, cs.get("image"))
         if reason:
             return reason
     if phase == "Pending":

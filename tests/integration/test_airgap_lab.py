@@ -129,12 +129,10 @@ def test_an_image_the_plan_missed_is_a_device_plugin_layer_failure_on_each_node_
     assert check["failed"]
     for node in CONTAINER_NODES:
         report = check["nodes"][node]
-        # The node's first broken layer is the device plugin's, stuck on the pull. (The image it
-        # cannot pull is in the pod's status, checked above; gpu_node_check reports the reason
-        # only, as kubectl's STATUS column does.)
+        # The node's first broken layer is the device plugin's, stuck on the pull, naming the image.
         first = report["layer_failures"][0]
         assert (first["layer"], first["operand"]) == ("device-plugin", "device-plugin"), report
-        assert first["reason"].startswith("ImagePullBackOff"), first
+        assert first["reason"] == "ImagePullBackOff: %s" % missed, first
         assert [f["message"] for f in check["findings"] if f["node"] == node and f.get("operand") == "device-plugin"
                 and f["code"] == "missing-operand"] == [
             "device-plugin is not running: %s" % first["reason"]]
