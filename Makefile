@@ -30,7 +30,9 @@ export PYTHONPATH := $(COLL_ROOT)
 
 # Every site step runs ansible-playbook on inventories/$(SITE)/hosts.yml; SITE=lab talks to the
 # lab's API server unless K8S_AUTH_KUBECONFIG says otherwise.
-SITE_ENV = $(if $(filter lab,$(SITE)),K8S_AUTH_KUBECONFIG=$${K8S_AUTH_KUBECONFIG:-$(KUBECONFIG_LAB)})
+# The lab site's HelmChart points at the lab's chart repository (LAB_CHART_REPO, from labctl env).
+SITE_ENV = $(if $(filter lab,$(SITE)),K8S_AUTH_KUBECONFIG=$${K8S_AUTH_KUBECONFIG:-$(KUBECONFIG_LAB)} \
+  LAB_CHART_REPO=$${LAB_CHART_REPO:-$$($(PY) -m tests.lab.labctl env 2>/dev/null | sed -n 's/^LAB_CHART_REPO=//p')})
 PLAYBOOK = cd $(ROOT) && $(SITE_ENV) PATH=$(BIN):$$PATH $(BIN)/ansible-playbook -i inventories/$(SITE)/hosts.yml
 
 say = @printf '\n\033[1m==> %s\033[0m\n' "$(1)"
@@ -63,8 +65,8 @@ lock: ## re-freeze requirements.txt from requirements.in
 
 # ---------------------------------------------------------------- lab
 .PHONY: lab-build lab-up lab-down lab-status
-lab-build: venv ## build the lab binaries (cached outside the repo; minutes when cold)
-	@bash tests/lab/build.sh >/dev/null
+lab-build: venv ## build the lab binaries: control plane, helm, helm-controller, the GPU Operator (cached outside the repo; minutes when cold)
+	$(PY) -m tests.lab.labctl build
 
 lab-up: venv ## start the lab control plane with its simulated GPU fleet
 	$(PY) -m tests.lab.labctl up

@@ -35,9 +35,10 @@ def say(title):
 
 
 def playbook(lab, playbook_path, *args):
-    env = dict(os.environ, K8S_AUTH_KUBECONFIG=lab.kubeconfig, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
                ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"),
                PYTHONPATH=os.path.join(ROOT, ".build", "collections"))
+    env.update(lab.env())
     env["PATH"] = os.path.join(ROOT, ".venv", "bin") + os.pathsep + env.get("PATH", "")
     cmd = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i", INVENTORY, playbook_path] + list(args)
     proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False,
@@ -121,9 +122,10 @@ def story_pending(lab):
 
 def main():
     lab = Lab()
-    say("Lab: real kube-apiserver, controller-manager, scheduler, etcd; kwok nodes; simulated GPU Operator")
+    say("Lab: real kube-apiserver, controller-manager, scheduler, etcd; kwok nodes; the GPU Operator")
     lab.up()
     print(lab.status())
+    say(lab.describe_operator())
 
     say("site.yml, GPU steps 5 and 6 on inventories/lab (gate, node labels, GPU Operator, verification)")
     started = time.monotonic()

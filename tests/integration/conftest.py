@@ -22,6 +22,9 @@ def lab():
     workdir = tempfile.mkdtemp(prefix="gpuplatform-lab-")
     instance = Lab(workdir=workdir)
     instance.up()
+    # Every ansible-playbook the suite runs renders the lab site's HelmChart, which points
+    # at the lab's chart repository (inventories/lab/hosts.yml reads LAB_CHART_REPO).
+    os.environ["LAB_CHART_REPO"] = instance.chart_repo_url()
     try:
         yield instance
     finally:
@@ -49,6 +52,5 @@ def gpu_lab(lab):
 def lab_env(lab):
     """Environment for subprocesses (ansible-playbook, CLIs) that talk to the lab."""
     env = dict(os.environ)
-    env["K8S_AUTH_KUBECONFIG"] = lab.kubeconfig
-    env["KUBECONFIG"] = lab.kubeconfig
+    env.update(lab.env())
     return env

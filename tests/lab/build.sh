@@ -1,65 +1,110 @@
 #!/usr/bin/env bash
-# Builds the lab's binaries from the Go module proxy into a cache folder outside
-# the repository, keyed by a hash of the pins, so they are rebuilt only when a pin
-# changes. Prints the bin folder on its last line of stdout.
+# Builds the lab's binaries into a cache folder outside the repository, each group keyed
+# by a hash of its pins, so a group is rebuilt only when one of its pins changes.
 #
-#   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl  k8s.io/kubernetes (gobuild/go.mod)
-#   etcd                                                             go.etcd.io/etcd/server/v3 (gobuild/cmd/etcd)
-#   kwok                                                             sigs.k8s.io/kwok (KWOK_VERSION below)
+#   build.sh control-plane   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
+#                            (k8s.io/kubernetes, gobuild/go.mod), etcd (gobuild/cmd/etcd),
+#                            kwok (sigs.k8s.io/kwok)             -> prints the bin folder
+#   build.sh helm-tools      helm (helm.sh/helm/v3) and helm-controller (github.com/k3s-io/
+#                            helm-controller), from the Go module proxy -> prints the bin folder
+#   build.sh gpu-operator SRC KEY
+#                            the GPU Operator from its source tree SRC (go build -mod=vendor,
+#                            offline), cached under KEY (tests/lab/upstream.py resolves the
+#                            source and computes the key) -> prints the binary's path
+#
+# Progress goes to stderr, one line per binary; the result is the last line of stdout.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 K8S_VERSION=v1.34.4      # keep equal to k8s.io/kubernetes in gobuild/go.mod
 KWOK_VERSION=v0.8.0
+HELM_VERSION=v3.22.0
+HELM_CONTROLLER_VERSION=v0.16.27
+OPERATOR_VERSION=v26.3.2
 cache_root=${GPUPLATFORM_LAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpuplatform-rke2-lab}
-
-# The cache key is the pins alone (module files, versions, the Go toolchain, build flags
-# version), so editing this script's messages does not trigger a rebuild.
-BUILD_RECIPE=1   # bump when the go build flags below change
-pin_hash=$( (cat "$here/gobuild/go.mod" "$here/gobuild/go.sum" "$here/gobuild/cmd/etcd/main.go";
-             echo "$K8S_VERSION $KWOK_VERSION $BUILD_RECIPE"; go env GOVERSION) | sha256sum | cut -c1-16)
-bin="$cache_root/$pin_hash/bin"
-mkdir -p "$bin"
 
 log() { printf '[lab-build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
-k8s_ldflags="-s -w \
+# build_one NAME OUT DIR PACKAGE LDFLAGS [TAGS]: go build PACKAGE in DIR to OUT, unless cached.
+build_one() {
+  local name=$1 out=$2 dir=$3 pkg=$4 ldflags=$5 tags=${6:-}
+  if [ -x "$out" ]; then log "$name: cached"; return; fi
+  log "$name: building $pkg (cold builds take minutes on 2 cores) ..."
+  local start=$SECONDS
+  (cd "$dir" && go build -trimpath ${tags:+-tags "$tags"} -ldflags "$ldflags" -o "$out.tmp" "$pkg")
+  mv "$out.tmp" "$out"
+  log "$name: built in $((SECONDS - start))s"
+}
+
+# install_one NAME BIN MODULE@VERSION LDFLAGS: go install from the module proxy into BIN, unless cached.
+install_one() {
+  local name=$1 bin=$2 module=$3 ldflags=$4
+  if [ -x "$bin/$name" ]; then log "$name: cached"; return; fi
+  log "$name: go install $module ..."
+  local start=$SECONDS
+  GOFLAGS= GOBIN="$bin" CGO_ENABLED=0 go install -trimpath -ldflags "$ldflags" "$module"
+  log "$name: built in $((SECONDS - start))s"
+}
+
+control_plane() {
+  # The cache key is the pins alone (module files, versions, the Go toolchain, build flags
+  # version), so editing this script's messages does not trigger a rebuild.
+  local recipe=1   # bump when the go build flags below change
+  local pin_hash bin
+  pin_hash=$( (cat "$here/gobuild/go.mod" "$here/gobuild/go.sum" "$here/gobuild/cmd/etcd/main.go";
+               echo "$K8S_VERSION $KWOK_VERSION $recipe"; go env GOVERSION) | sha256sum | cut -c1-16)
+  bin="$cache_root/$pin_hash/bin"
+  mkdir -p "$bin"
+  local major minor
+  major=$(echo "${K8S_VERSION#v}" | cut -d. -f1)
+  minor=$(echo "${K8S_VERSION#v}" | cut -d. -f2)
+  local ldflags="-s -w \
  -X k8s.io/component-base/version.gitVersion=${K8S_VERSION} \
- -X k8s.io/component-base/version.gitMajor=$(echo ${K8S_VERSION#v} | cut -d. -f1) \
- -X k8s.io/component-base/version.gitMinor=$(echo ${K8S_VERSION#v} | cut -d. -f2) \
+ -X k8s.io/component-base/version.gitMajor=${major} -X k8s.io/component-base/version.gitMinor=${minor} \
  -X k8s.io/component-base/version.gitTreeState=clean \
  -X k8s.io/client-go/pkg/version.gitVersion=${K8S_VERSION} \
- -X k8s.io/client-go/pkg/version.gitMajor=$(echo ${K8S_VERSION#v} | cut -d. -f1) \
- -X k8s.io/client-go/pkg/version.gitMinor=$(echo ${K8S_VERSION#v} | cut -d. -f2)"
+ -X k8s.io/client-go/pkg/version.gitMajor=${major} -X k8s.io/client-go/pkg/version.gitMinor=${minor}"
+  log "control plane pins: kubernetes ${K8S_VERSION}, etcd (gobuild/go.mod), kwok ${KWOK_VERSION}; cache $bin"
+  export CGO_ENABLED=0
+  local cmd
+  for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+    GOFLAGS=-mod=mod build_one "$cmd" "$bin/$cmd" "$here/gobuild" "k8s.io/kubernetes/cmd/$cmd" "$ldflags" selinux,notest
+  done
+  GOFLAGS=-mod=mod build_one etcd "$bin/etcd" "$here/gobuild" ./cmd/etcd "-s -w"
+  install_one kwok "$bin" "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}" "-s -w"
+  echo "$bin"
+}
 
-export CGO_ENABLED=0 GOFLAGS=-mod=mod
-total=6; n=0
-build_one() { # name, package, dir, ldflags
-  local name=$1 pkg=$2 dir=$3 ldflags=$4
-  n=$((n + 1))
-  if [ -x "$bin/$name" ]; then log "($n/$total) $name: cached"; return; fi
-  log "($n/$total) $name: building $pkg (cold builds take minutes on 2 cores) ..."
-  local start=$SECONDS
-  (cd "$dir" && go build -trimpath -tags selinux,notest -ldflags "$ldflags" -o "$bin/$name.tmp" "$pkg")
-  mv "$bin/$name.tmp" "$bin/$name"
-  log "($n/$total) $name: built in $((SECONDS - start))s"
+helm_tools() {
+  local recipe=1
+  local pin_hash bin
+  pin_hash=$( (echo "helm ${HELM_VERSION} helm-controller ${HELM_CONTROLLER_VERSION} $recipe"; go env GOVERSION) |
+              sha256sum | cut -c1-16)
+  bin="$cache_root/helm-tools-$pin_hash/bin"
+  mkdir -p "$bin"
+  log "helm pins: helm ${HELM_VERSION}, helm-controller ${HELM_CONTROLLER_VERSION}; cache $bin"
+  install_one helm "$bin" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}" \
+    "-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION} -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+  install_one helm-controller "$bin" "github.com/k3s-io/helm-controller@${HELM_CONTROLLER_VERSION}" \
+    "-s -w -X github.com/k3s-io/helm-controller/pkg/version.Version=${HELM_CONTROLLER_VERSION}"
+  echo "$bin"
+}
+
+gpu_operator() {
+  local src=$1 key=$2
+  local out="$cache_root/gpu-operator-$key/gpu-operator"
+  mkdir -p "$(dirname "$out")"
+  log "GPU Operator ${OPERATOR_VERSION} from $src; cache $(dirname "$out")"
+  CGO_ENABLED=0 GOFLAGS=-mod=vendor build_one gpu-operator "$out" "$src" ./cmd/gpu-operator \
+    "-s -w -X github.com/NVIDIA/gpu-operator/internal/info.version=${OPERATOR_VERSION}"
+  echo "$out"
 }
 
 started=$SECONDS
-log "pins: kubernetes ${K8S_VERSION}, etcd (gobuild/go.mod), kwok ${KWOK_VERSION}; cache $bin"
-build_one kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$here/gobuild" "$k8s_ldflags"
-build_one kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$here/gobuild" "$k8s_ldflags"
-build_one kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$here/gobuild" "$k8s_ldflags"
-build_one kubectl k8s.io/kubernetes/cmd/kubectl "$here/gobuild" "$k8s_ldflags"
-build_one etcd ./cmd/etcd "$here/gobuild" "-s -w"
-n=$((n + 1))
-if [ -x "$bin/kwok" ]; then
-  log "($n/$total) kwok: cached"
-else
-  log "($n/$total) kwok: go install sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION} ..."
-  start=$SECONDS
-  GOFLAGS= GOBIN="$bin" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
-  log "($n/$total) kwok: built in $((SECONDS - start))s"
-fi
-log "all binaries ready in $((SECONDS - started))s"
-echo "$bin"
+case "${1:-control-plane}" in
+  control-plane) control_plane ;;
+  helm-tools) helm_tools ;;
+  gpu-operator) [ $# -eq 3 ] || { echo "usage: $0 gpu-operator SRC KEY" >&2; exit 2; }; gpu_operator "$2" "$3" ;;
+  *) echo "usage: $0 [control-plane|helm-tools|gpu-operator SRC KEY]" >&2; exit 2 ;;
+esac
+log "${1:-control-plane} ready in $((SECONDS - started))s"

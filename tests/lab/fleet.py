@@ -14,9 +14,15 @@ HARDWARE_ANNOTATION = LAB_ANNOTATION + "hardware"
 HOLD_DOWN_ANNOTATION = LAB_ANNOTATION + "hold-down"
 CUDA_SAMPLE_ANNOTATION = LAB_ANNOTATION + "cuda-sample"
 ADVERTISE_ANNOTATION = LAB_ANNOTATION + "advertise"
+# A node's own state that outlives a test (its hardware, boot count and /run/nvidia/validations).
+NODE_STATE_ANNOTATIONS = (HARDWARE_ANNOTATION, LAB_ANNOTATION + "boot", LAB_ANNOTATION + "validations")
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 NFD_GPU_LABEL = "feature.node.kubernetes.io/pci-10de.present"
 NFD_DISPLAY_LABEL = "feature.node.kubernetes.io/pci-0302_10de.present"
+# What NFD and the kubelet report about the host OS and runtime, which the operator reads
+# (the driver image tag, the toolkit's runtime); the lab site's default, a host may override.
+DEFAULT_HOST_OS = {"id": "ubuntu", "version_id": "22.04", "kernel": "5.15.0-122-generic",
+                   "container_runtime": "containerd://2.1.4-k3s2"}
 
 
 def _walk_groups(group, inherited, hosts):
@@ -69,6 +75,12 @@ def node_manifest(name, host_vars):
         "kubernetes.io/arch": "amd64",
         "type": "kwok",
     }
+    host_os = dict(DEFAULT_HOST_OS, **(host_vars.get("lab_host_os") or {}))
+    labels.update({
+        "feature.node.kubernetes.io/system-os_release.ID": host_os["id"],
+        "feature.node.kubernetes.io/system-os_release.VERSION_ID": host_os["version_id"],
+        "feature.node.kubernetes.io/kernel-version.full": host_os["kernel"],
+    })
     labels.update(host_vars.get("lab_node_labels") or {})
     annotations = {KWOK_ANNOTATION: "fake"}
     hw = hardware(host_vars)
@@ -88,5 +100,10 @@ def node_manifest(name, host_vars):
             "capacity": dict(resources),
             "allocatable": dict(resources),
             "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": name}],
+            "nodeInfo": {"containerRuntimeVersion": host_os["container_runtime"], "kernelVersion": host_os["kernel"],
+                         "osImage": "%s %s" % (host_os["id"].capitalize(), host_os["version_id"]),
+                         "operatingSystem": "linux", "architecture": labels["kubernetes.io/arch"],
+                         "kubeletVersion": "v1.34.4", "kubeProxyVersion": "v1.34.4", "bootID": "",
+                         "machineID": "", "systemUUID": ""},
         },
     }

@@ -1,9 +1,13 @@
-"""A LAB-ONLY simulator of what helm-controller and the NVIDIA GPU Operator do to a
-cluster, so that the collection's waits and checks can be proven against a real
-control plane without GPUs.
+"""LAB-ONLY, OFFLINE FALLBACK: a stand-in for helm-controller and the NVIDIA GPU Operator,
+used only when the lab has no upstream source of the operator (tests/lab/upstream.py);
+with the source, the lab runs the real operator, the real chart, helm and helm-controller
+instead, and the conformance suite (tests/integration/test_operator_conformance_lab.py)
+compares this stand-in with the real operator on the same scenarios: where they differ,
+the stand-in is wrong.
 
-What it plays, reading the operand model (plugins/module_utils/operand_model.py)
-and the operator's own DaemonSet manifests (shared/reference/.../assets):
+What it plays, reading the operand model (plugins/module_utils/operand_model.py), the
+chart's values file the gpu_operator role ships and the operator's own DaemonSet
+manifests (tests/lab/reference/gpu-operator-v26.3.2/assets):
 
 - helm-controller: a HelmChart for chart ``gpu-operator`` gets the Job
   ``helm-install-<name>`` in kube-system (kwok completes its pod; the lab switch
@@ -11,61 +15,34 @@ and the operator's own DaemonSet manifests (shared/reference/.../assets):
   fail) and HelmChart ``status.jobName`` and conditions ``JobCreated`` / ``Failed``.
 - the operator, once the install Job completed: namespace, Deployment
   ``gpu-operator``, ClusterPolicy ``cluster-policy`` from the chart values, and
-  while the operator pod runs: node labelling as the facts file section 2 says, one
-  DaemonSet per enabled operand (real manifests, namespace and images filled in),
-  ClusterPolicy status.
-- the site mirror: with the HelmChart annotation
-  ``lab.gpuplatform.invalid/mirror-registry: <host[/path]>``, an operand pod with an
-  image outside that mirror stays Running but not Ready in ``ImagePullBackOff``, the
-  message naming the image (what an air-gapped node shows). Images are resolved by the
-  collection's own rules (``image_plan.block_reference`` over the chart defaults
-  coalesced with the values, ``operator_values.effective_values``), except that the
-  driver's tag carries no OS suffix: the lab's nodes have no OS labels.
-- the device plugins: a node advertises its workload config's resource only while
-  its (sandbox) device plugin pod is Running and Ready.
-- the CUDA sample: a pod running a ``cuda-sample`` image completes Succeeded with
-  ``Test PASSED`` in its log, or Failed when the node's chain is broken or the lab
-  switch says so.
+  while the operator pod runs: node labelling as the operand model says, one DaemonSet
+  per enabled operand (real manifests, namespace and images filled in, images resolved by
+  the collection's own rules), ClusterPolicy status in the operator's words.
 
-Waiting for it: every reconcile publishes a summary in the ConfigMap
-``kube-system/gpu-operator-sim`` (installed, settled, per-node report). A waiter that
-writes a fresh token to that ConfigMap's annotation ``lab.gpuplatform.invalid/sync`` and
-waits until the summary echoes it and says settled has seen the simulator catch up with
-every write it made before (a summary read without that can predate the waiter's last
-change).
-
-The real DaemonSet controller creates the operand pods, the real scheduler places
-them, kwok runs them. The simulator is level-based: every watch event triggers one
-reconcile of the whole (small) lab.
+What a node does with those pods (init gates, device plugins, CUDA sample, faults) is
+tests/lab/node_agent.py, the same in both modes; this class runs inside its loop.
 """
 
-import argparse
 import copy
-import datetime
 import hashlib
 import json
 import os
-import queue
 import sys
-import threading
-import time
 
 import yaml
-from kubernetes import client, config, watch
+from kubernetes import client
 
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import image_plan
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
 from ansible_collections.gpuplatform.rke2.plugins.module_utils.operator_values import effective_values, lookup
 from tests.lab import fleet as fleet_mod
+from tests.lab.node_agent import now_rfc3339, pod_running_ready
 
-SIM_CONFIGMAP = "gpu-operator-sim"
+ROOT = fleet_mod.ROOT
+CHART_VALUES = os.path.join(ROOT, "roles", "gpu_operator", "files", "gpu-operator-v26.3.2-values.yaml")
 HELM_FINALIZER = "wrangler.cattle.io/on-helm-chart-remove"
 INSTALL_ANNOTATION = fleet_mod.LAB_ANNOTATION + "install"
-MIRROR_ANNOTATION = fleet_mod.LAB_ANNOTATION + "mirror-registry"
 VALUES_HASH_ANNOTATION = fleet_mod.LAB_ANNOTATION + "values-hash"
-# A waiter writes a fresh token here on the summary ConfigMap; the summary echoes the token
-# of the reconcile that computed it (see Simulator._sync_token).
-SYNC_ANNOTATION = fleet_mod.LAB_ANNOTATION + "sync"
 FAIL_LABEL = fleet_mod.LAB_ANNOTATION + "fail"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-operator-sim"}
 # ClusterPolicy spec keys the chart renders from its values.
@@ -75,13 +52,6 @@ CLUSTER_POLICY_KEYS = (
     "kataManager", "sandboxDevicePlugin", "kataSandboxDevicePlugin", "ccManager", "mig", "psa", "cdi",
     "sandboxWorkloads", "hostPaths",
 )
-CUDA_PASSED_LOG = ("[Vector addition of 50000 elements]", "Copy input data from the host memory to the CUDA device",
-                   "CUDA kernel launch with 196 blocks of 256 threads",
-                   "Copy output data from the CUDA device to the host memory", "Test PASSED", "Done")
-
-
-def now_rfc3339():
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def image_of(values, path, chart_version):
@@ -95,26 +65,16 @@ def image_of(values, path, chart_version):
     return image_plan.block_reference(block, app_version)
 
 
-def pod_running_ready(pod):
-    status = pod.get("status") or {}
-    if pod["metadata"].get("deletionTimestamp") or status.get("phase") != "Running":
-        return False
-    statuses = status.get("containerStatuses") or []
-    return bool(statuses) and all(s.get("ready") for s in statuses)
-
-
-class Simulator(object):
-    def __init__(self, api_client, workdir, reference):
+class OperatorSimulator(object):
+    def __init__(self, api_client, reference):
         self.api = api_client
         self.core = client.CoreV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.node_api = client.NodeV1Api(api_client)
-        self.workdir = workdir
         self.reference = reference
-        self.events = queue.Queue()
-        with open(os.path.join(reference, "values.yaml")) as handle:
+        with open(CHART_VALUES) as handle:
             self.chart_defaults = yaml.safe_load(handle)
         self.assets = {}
         for operand in om.OPERANDS:
@@ -122,54 +82,10 @@ class Simulator(object):
                 with open(os.path.join(reference, "assets", operand.asset)) as handle:
                     self.assets[operand.name] = yaml.safe_load(handle)
         self.changes = 0
+        self.namespace = None
 
-    # ------------------------------------------------------------ plumbing
     def _json(self, obj):
         return self.api.sanitize_for_serialization(obj)
-
-    def _watch(self, name, list_fn, **kwargs):
-        """One thread per kind: every event (and every reconnect) wakes the reconciler."""
-        while True:
-            try:
-                for _event in watch.Watch().stream(list_fn, timeout_seconds=300, **kwargs):
-                    self.events.put(name)
-            except Exception as exc:  # the API server restarts under us in fault tests
-                print("watch %s: %s" % (name, exc), file=sys.stderr, flush=True)
-                time.sleep(0.5)
-            self.events.put(name)
-
-    def run(self):
-        watches = (
-            ("nodes", self.core.list_node, {}),
-            ("pods", self.core.list_pod_for_all_namespaces, {}),
-            ("daemonsets", self.apps.list_daemon_set_for_all_namespaces, {}),
-            ("jobs", self.batch.list_namespaced_job, {"namespace": "kube-system"}),
-            ("helmcharts", self.custom.list_namespaced_custom_object,
-             {"group": "helm.cattle.io", "version": "v1", "namespace": "kube-system", "plural": "helmcharts"}),
-            ("sync", self.core.list_namespaced_config_map,
-             {"namespace": "kube-system", "field_selector": "metadata.name=" + SIM_CONFIGMAP}),
-        )
-        for name, fn, kwargs in watches:
-            threading.Thread(target=self._watch, args=(name, fn), kwargs=kwargs, daemon=True).start()
-        while True:
-            try:
-                self.events.get(timeout=10)
-            except queue.Empty:
-                pass
-            # Coalesce a burst of events into one reconcile.
-            time.sleep(0.05)
-            while not self.events.empty():
-                self.events.get_nowait()
-            try:
-                self.reconcile()
-            except client.ApiException as exc:
-                print("reconcile: %s %s %s" % (exc.status, exc.reason, (exc.body or "")[:600]), file=sys.stderr, flush=True)
-                time.sleep(0.5)
-                self.events.put("retry")
-            except Exception as exc:
-                print("reconcile: %r" % exc, file=sys.stderr, flush=True)
-                time.sleep(0.5)
-                self.events.put("retry")
 
     def _ignore(self, status, fn, *args, **kwargs):
         try:
@@ -179,46 +95,21 @@ class Simulator(object):
                 raise
             return None
 
-    # ------------------------------------------------------------ reconcile
-    def _sync_token(self):
-        """The token a waiter last wrote on the summary ConfigMap. Read before anything else,
-        so a summary that echoes it was computed from every write the waiter made before."""
-        current = self._ignore((404,), self.core.read_namespaced_config_map, SIM_CONFIGMAP, "kube-system")
-        return ((current.metadata.annotations or {}).get(SYNC_ANNOTATION)) if current is not None else None
-
-    def reconcile(self):
+    def reconcile(self, chart):
+        """One pass over the current HelmChart (or its absence); returns the summary's
+        operator part. ``self.changes`` counts the writes it made."""
         self.changes = 0
-        sync = self._sync_token()
-        charts = [c for c in self.custom.list_namespaced_custom_object(
-            "helm.cattle.io", "v1", "kube-system", "helmcharts")["items"] if c["spec"].get("chart") == "gpu-operator"]
-        chart = charts[0] if charts else None
-        summary = {"installed": False, "settled": False, "nodes": {},
-                   "chart_generation": chart["metadata"].get("generation") if chart else None,
-                   "chart_uid": chart["metadata"].get("uid") if chart else None, "sync": sync}
+        self.namespace = None
         if chart is None or chart["metadata"].get("deletionTimestamp"):
             self.teardown(chart)
-            summary["settled"] = self.changes == 0
-            self.publish(summary)
-            return
+            return {"installed": False}
         installed, values, namespace = self.helm_controller(chart)
-        summary.update(installed=installed, namespace=namespace)
+        self.namespace = namespace
+        result = {"installed": installed, "namespace": namespace}
         if installed:
-            summary.update(self.operator(chart, values, namespace))
-        pods = self._json(self.core.list_pod_for_all_namespaces())["items"]
-        self.cuda_samples(pods)
-        summary["settled"] = bool(summary.get("operands_settled")) and self.changes == 0
-        self.publish(summary)
+            result.update(self.operator(chart, values, namespace))
+        return result
 
-    def publish(self, summary):
-        body = {"metadata": {"name": SIM_CONFIGMAP, "namespace": "kube-system", "labels": dict(MANAGED_BY)},
-                "data": {"status": json.dumps(summary, sort_keys=True)}}
-        current = self._ignore((404,), self.core.read_namespaced_config_map, SIM_CONFIGMAP, "kube-system")
-        if current is None:
-            self.core.create_namespaced_config_map("kube-system", body)
-        elif (current.data or {}).get("status") != body["data"]["status"]:
-            self.core.patch_namespaced_config_map(SIM_CONFIGMAP, "kube-system", body)
-
-    # ------------------------------------------------------------ helm-controller
     def _set_chart_status(self, chart, job_name, failed_message=None):
         conditions = [{"type": "JobCreated", "status": "True", "reason": "", "message": "Applying HelmChart using Job kube-system/%s" % job_name}]
         if failed_message:
@@ -350,33 +241,31 @@ class Simulator(object):
         operator_up = any(p["metadata"].get("labels", {}).get("app") == "gpu-operator" and pod_running_ready(p)
                           for p in pods)
         if not operator_up:
-            self._cluster_policy_status("notReady", "False", "OperatorNotRunning", "gpu-operator pod not running", namespace)
+            # No operator process: nothing reconciles, the status stays as it was.
             return {"operator_running": False}
         policy = om.policy_from_spec(values, namespace)
         nodes = self._json(self.core.list_node())["items"]
         self.label_nodes(nodes, policy)
         self.daemonsets(values, version, namespace, policy)
-        mirror = (chart["metadata"].get("annotations") or {}).get(MIRROR_ANNOTATION)
-        nodes = self._json(self.core.list_node())["items"]
-        self.operand_pods(nodes, pods, mirror)
-        pods = self._json(self.core.list_namespaced_pod(namespace))["items"]
-        report = self.advertise(nodes, pods, policy)
         daemonsets = self._json(self.apps.list_namespaced_daemon_set(namespace))["items"]
-        settled = self._operands_settled(daemonsets, pods, nodes)
         gpu_nodes = [n for n in nodes if om.is_gpu_node(n["metadata"].get("labels"))]
-        # Like the real operator: ready when every operand DaemonSet has as many ready pods
-        # as it wants, which says nothing about GPU nodes the DaemonSets cannot reach.
+        # Like the real operator (controllers/clusterpolicy_controller.go): a state is ready
+        # when its DaemonSet has no unavailable pod, which says nothing about GPU nodes the
+        # DaemonSets cannot reach.
         unready = sorted(ds["metadata"]["name"] for ds in daemonsets
-                         if (ds.get("status") or {}).get("numberReady", 0)
+                         if (ds.get("status") or {}).get("numberUnavailable", 0)
+                         or (ds.get("status") or {}).get("numberReady", 0)
                          != (ds.get("status") or {}).get("desiredNumberScheduled", 0))
-        if not gpu_nodes:
-            self._cluster_policy_status("ready", "True", "NoGPUNodes", "no GPU node in the cluster", namespace)
-        elif not unready and settled:
-            self._cluster_policy_status("ready", "True", "Reconciled", "ClusterPolicy is ready", namespace)
+        if unready:
+            self._cluster_policy_status("notReady", "OperandNotReady",
+                                        "ClusterPolicy is not ready, states not ready: [%s]" % " ".join(unready))
+        elif not gpu_nodes:
+            self._cluster_policy_status("ready", "NoGPUNodes",
+                                        "No GPU node found, watching for new nodes to join the cluster.")
         else:
-            self._cluster_policy_status("notReady", "False", "OperandNotReady",
-                                        "not ready: %s" % ", ".join(unready or ["rolling out"]), namespace)
-        return {"operator_running": True, "operands_settled": settled, "nodes": report, "mirror": mirror}
+            self._cluster_policy_status("ready", "Reconciled",
+                                        "ClusterPolicy is ready as all resources have been successfully reconciled")
+        return {"operator_running": True}
 
     def _ensure_cluster_policy(self, spec):
         args = ("nvidia.com", "v1", "clusterpolicies")
@@ -394,22 +283,31 @@ class Simulator(object):
             self.custom.replace_cluster_custom_object(*(args + (om.CLUSTER_POLICY_NAME, body)))
             self.changes += 1
 
-    def _cluster_policy_status(self, state, ready, reason, message, namespace):
+    def _cluster_policy_status(self, state, reason, message):
+        """The operator's wording (internal/conditions): ready sets Ready=True with the reason
+        and Error=False reason Ready; notReady sets Ready=False reason Error and Error=True
+        with the reason. ``ignored`` is never saved."""
         args = ("nvidia.com", "v1", "clusterpolicies", om.CLUSTER_POLICY_NAME)
         current = self._ignore((404,), self.custom.get_cluster_custom_object, *args)
         if current is None:
             return
+        if state == "ready":
+            conditions = [{"type": "Ready", "status": "True", "reason": reason, "message": message},
+                          {"type": "Error", "status": "False", "reason": "Ready", "message": ""}]
+        else:
+            conditions = [{"type": "Ready", "status": "False", "reason": "Error", "message": ""},
+                          {"type": "Error", "status": "True", "reason": reason, "message": message}]
         old = current.get("status") or {}
-        old_cond = next((c for c in old.get("conditions") or [] if c.get("type") == "Ready"), {})
-        if (old.get("state"), old_cond.get("status"), old_cond.get("reason"), old_cond.get("message")) == (
-                state, ready, reason, message) and old.get("namespace") == namespace:
+        comparable = [dict((k, c.get(k) or "") for k in ("type", "status", "reason", "message"))
+                      for c in old.get("conditions") or ()]
+        if old.get("state") == state and comparable == conditions:
             return
-        status = {"state": state, "namespace": namespace, "conditions": [
-            {"type": "Ready", "status": ready, "reason": reason, "message": message,
-             "lastTransitionTime": now_rfc3339()},
-            {"type": "Error", "status": "False" if ready == "True" else "True", "reason": reason, "message": message,
-             "lastTransitionTime": now_rfc3339()}]}
-        self.custom.patch_cluster_custom_object_status(*(args + ({"status": status},)))
+        stamp = now_rfc3339()
+        for condition in conditions:
+            condition["lastTransitionTime"] = stamp
+        self.custom.patch_cluster_custom_object_status(*(args + ({"status": {
+            "state": state, "namespace": self.namespace,
+            "conditions": conditions}},)))
         self.changes += 1
 
     def label_nodes(self, nodes, policy):
@@ -480,190 +378,6 @@ class Simulator(object):
             elif self._ignore((404,), self.apps.delete_namespaced_daemon_set, operand.daemonset, namespace) is not None:
                 self.changes += 1
 
-    def operand_pods(self, nodes, pods, mirror):
-        """Holds pods down on a node (lab switch) or in ImagePullBackOff when their image
-        is not in the site mirror; releases them otherwise."""
-        held = {}
-        for node in nodes:
-            value = (node["metadata"].get("annotations") or {}).get(fleet_mod.HOLD_DOWN_ANNOTATION) or ""
-            held[node["metadata"]["name"]] = set(v.strip() for v in value.split(",") if v.strip())
-        for pod in pods:
-            operand = om.operand_of_pod(pod["metadata"].get("labels"))
-            status = pod.get("status") or {}
-            if operand is None or status.get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
-                continue
-            node = pod["spec"].get("nodeName")
-            images = [c["image"] for c in (pod["spec"].get("initContainers") or []) + pod["spec"]["containers"]]
-            outside = [i for i in images if mirror and not image_plan.within(i, mirror)]
-            if operand.name in held.get(node, ()) or "*" in held.get(node, ()):
-                reason, message = "CrashLoopBackOff", "back-off 5m0s restarting failed container (lab hold-down)"
-            elif outside:
-                reason, message = "ImagePullBackOff", 'Back-off pulling image "%s": not in mirror %s' % (outside[0], mirror)
-            else:
-                reason = None
-            self._set_pod_state(pod, reason, message if reason else None)
-
-    def _set_pod_state(self, pod, reason, message):
-        status = pod["status"]
-        statuses = status.get("containerStatuses") or []
-        current = [(s.get("ready"), ((s.get("state") or {}).get("waiting") or {}).get("reason")) for s in statuses]
-        want_ready = reason is None
-        if all(r == want_ready and w == reason for r, w in current):
-            return
-        new_statuses = []
-        for container in pod["spec"]["containers"]:
-            entry = {"name": container["name"], "image": container["image"], "ready": want_ready,
-                     "restartCount": 0 if want_ready else 5}
-            if want_ready:
-                entry["state"] = {"running": {"startedAt": now_rfc3339()}}
-                entry["started"] = True
-            else:
-                entry["state"] = {"waiting": {"reason": reason, "message": message}}
-                entry["started"] = False
-            new_statuses.append(entry)
-        flag = "True" if want_ready else "False"
-        patch = {"status": {"containerStatuses": new_statuses, "conditions": [
-            {"type": "Ready", "status": flag, "reason": None if want_ready else "ContainersNotReady"},
-            {"type": "ContainersReady", "status": flag, "reason": None if want_ready else "ContainersNotReady"}]}}
-        self.core.patch_namespaced_pod_status(pod["metadata"]["name"], pod["metadata"]["namespace"], patch)
-        self.changes += 1
-
-    def _resources_for(self, node, config_name):
-        annotations = node["metadata"].get("annotations") or {}
-        override = annotations.get(fleet_mod.ADVERTISE_ANNOTATION)
-        if override:
-            return dict((k, int(v)) for k, v in json.loads(override).items())
-        hw = json.loads(annotations.get(fleet_mod.HARDWARE_ANNOTATION) or "null")
-        if not hw:
-            return {}
-        if config_name == om.CONTAINER:
-            return {om.CONTAINER_RESOURCE: hw["count"]}
-        if config_name == om.VM_PASSTHROUGH:
-            return {om.passthrough_resource_name(hw["pci_device_name"]): hw["count"]}
-        profile = (node["metadata"].get("labels") or {}).get(om.VGPU_CONFIG_LABEL) or "%s-12Q" % hw["model"]
-        return {om.vgpu_resource_name(om.vgpu_type_name(profile)): om.vgpu_count(profile, hw["memory_gb"], hw["count"])}
-
-    def advertise(self, nodes, pods, policy):
-        by_node = {}
-        for pod in pods:
-            operand = om.operand_of_pod(pod["metadata"].get("labels"))
-            if operand and pod_running_ready(pod):
-                by_node.setdefault(pod["spec"].get("nodeName"), set()).add(operand.name)
-        report = {}
-        for node in nodes:
-            name = node["metadata"]["name"]
-            labels = node["metadata"].get("labels") or {}
-            if not om.is_gpu_node(labels):
-                continue
-            config_name = om.effective_workload_config(labels, policy)[0]
-            running = by_node.get(name, set())
-            plugin = om.RESOURCE_PLUGIN.get(config_name)
-            advertised = self._resources_for(node, config_name) if plugin in running else {}
-            expected = set(om.expected_operands(labels, policy))
-            report[name] = {"workload_config": config_name, "running": sorted(running),
-                            "expected": sorted(expected), "advertised": advertised,
-                            "ready": expected <= running}
-            status = node.get("status") or {}
-            current = om.gpu_resources(status.get("allocatable"))
-            if current == advertised and om.gpu_resources(status.get("capacity")) == advertised:
-                continue
-            patch = {"capacity": {}, "allocatable": {}}
-            for section in ("capacity", "allocatable"):
-                for key in status.get(section) or {}:
-                    if key.startswith("nvidia.com/") and key not in advertised:
-                        patch[section][key] = None
-                for key, count in advertised.items():
-                    patch[section][key] = str(count)
-            self.core.patch_node_status(name, {"status": patch})
-            self.changes += 1
-        return report
-
-    @staticmethod
-    def _operands_settled(daemonsets, pods, nodes):
-        """Every operand DaemonSet's controller caught up, and every operand pod reached the
-        state the simulator gives it (Ready, or held down). Caught up: it counts at least
-        the nodes its selector matches and whose taints it tolerates, so a deploy label the
-        simulator just set keeps the lab unsettled until the controller saw it. (A deleted
-        node stays counted until its orphaned pods are collected, about a minute; nothing
-        waits on that.)"""
-        for ds in daemonsets:
-            status = ds.get("status") or {}
-            if status.get("observedGeneration") != ds["metadata"].get("generation"):
-                return False
-            template = ds["spec"]["template"]["spec"]
-            selector = (template.get("nodeSelector") or {}).items()
-            wanted = sum(1 for n in nodes if all((n["metadata"].get("labels") or {}).get(k) == v for k, v in selector)
-                         and not om.untolerated_taints((n.get("spec") or {}).get("taints"), template.get("tolerations")))
-            desired = status.get("desiredNumberScheduled", 0)
-            if desired != status.get("currentNumberScheduled", 0) or desired < wanted:
-                return False
-        for pod in pods:
-            if om.operand_of_pod(pod["metadata"].get("labels")) is None:
-                continue
-            if (pod.get("status") or {}).get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
-                return False
-        return True
-
-    # ------------------------------------------------------------ CUDA sample
-    def cuda_samples(self, pods):
-        running_by_node = {}
-        for pod in pods:
-            operand = om.operand_of_pod(pod["metadata"].get("labels"))
-            if operand and pod_running_ready(pod):
-                running_by_node.setdefault(pod["spec"].get("nodeName"), set()).add(operand.name)
-        nodes = None
-        for pod in pods:
-            containers = pod["spec"].get("containers") or []
-            if not any("cuda-sample" in c.get("image", "") for c in containers):
-                continue
-            if (pod.get("status") or {}).get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
-                continue
-            if nodes is None:
-                nodes = dict((n["metadata"]["name"], n) for n in self._json(self.core.list_node())["items"])
-            node = nodes.get(pod["spec"].get("nodeName")) or {"metadata": {}}
-            annotations = node["metadata"].get("annotations") or {}
-            running = running_by_node.get(pod["spec"].get("nodeName"), set())
-            if annotations.get(fleet_mod.CUDA_SAMPLE_ANNOTATION) == "fail":
-                lines = ("[Vector addition of 50000 elements]",
-                         "Failed to allocate device vector A (error code no CUDA-capable device is detected)!")
-            elif "container-toolkit" not in running and "device-plugin" in running:
-                # The silent failure: GPUs advertised, but no runtime hook to expose them.
-                lines = ("[Vector addition of 50000 elements]",
-                         "Failed to allocate device vector A (error code CUDA driver version is insufficient for CUDA runtime version)!")
-            else:
-                lines = CUDA_PASSED_LOG
-            self._finish_pod(pod, lines, 0 if lines is CUDA_PASSED_LOG else 1)
-
-    def _finish_pod(self, pod, lines, exit_code):
-        meta = pod["metadata"]
-        directory = os.path.join(self.workdir, "podlogs")
-        os.makedirs(directory, exist_ok=True)
-        path = os.path.join(directory, "%s_%s_%s.log" % (meta["namespace"], meta["name"], meta["uid"]))
-        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        with open(path, "w") as handle:
-            for line in lines:
-                handle.write("%s stdout F %s\n" % (stamp, line))
-        containers = [c["name"] for c in pod["spec"]["containers"]]
-        logs = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs",
-                "metadata": {"name": meta["name"], "namespace": meta["namespace"],
-                             "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
-                                                  "uid": meta["uid"]}]},
-                "spec": {"logs": [{"containers": containers, "logsFile": path}]}}
-        self._ignore((409,), self.custom.create_namespaced_custom_object, "kwok.x-k8s.io", "v1alpha1",
-                     meta["namespace"], "logs", logs)
-        finished = now_rfc3339()
-        statuses = [{"name": c["name"], "image": c["image"], "ready": False, "restartCount": 0, "started": False,
-                     "state": {"terminated": {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
-                                              "startedAt": finished, "finishedAt": finished}}}
-                    for c in pod["spec"]["containers"]]
-        phase = "Succeeded" if exit_code == 0 else "Failed"
-        self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": {
-            "phase": phase, "containerStatuses": statuses,
-            "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"},
-                           {"type": "ContainersReady", "status": "False", "reason": "PodCompleted"}]}})
-        self.changes += 1
-
-    # ------------------------------------------------------------ uninstall
     def teardown(self, chart):
         """helm uninstall: the operator's objects go; the labels it set and the resources
         its device plugins advertised are removed from the nodes."""
@@ -705,16 +419,3 @@ class Simulator(object):
             self.changes += 1
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description="LAB-ONLY simulated helm-controller + NVIDIA GPU Operator")
-    parser.add_argument("--kubeconfig", required=True)
-    parser.add_argument("--workdir", required=True)
-    parser.add_argument("--reference", required=True, help="shared/reference/gpu-operator-<version>")
-    args = parser.parse_args(argv)
-    configuration = client.Configuration()
-    config.load_kube_config(config_file=args.kubeconfig, client_configuration=configuration)
-    Simulator(client.ApiClient(configuration), args.workdir, args.reference).run()
-
-
-if __name__ == "__main__":
-    main()

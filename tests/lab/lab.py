@@ -1,11 +1,24 @@
 """The lab: a real Kubernetes control plane (etcd, kube-apiserver,
-kube-controller-manager, kube-scheduler) with kwok simulating the kubelets of the
-fleet in inventories/lab/hosts.yml, and the simulated GPU Operator
-(tests/lab/gpu_operator_sim.py). Everything binds to 127.0.0.1.
+kube-controller-manager, kube-scheduler) with kwok playing the kubelets of the fleet in
+inventories/lab/hosts.yml. Everything binds to 127.0.0.1.
+
+Two modes, chosen at `up` by whether the GPU Operator's upstream source can be had
+(tests/lab/upstream.py):
+
+- ``real``: the real GPU Operator (built from its source, run out of cluster with its
+  manifests at /opt/gpu-operator in a private mount namespace), the real helm-controller
+  (its own HelmChart CRDs), a chart repository on 127.0.0.1 holding the operator's real
+  chart, and a job runner that plays the ``helm-install-*``/``helm-delete-*`` pods with
+  the real helm;
+- ``simulated`` (offline fallback): tests/lab/gpu_operator_sim.py stands in for
+  helm-controller and the operator. ``LAB_REQUIRE_UPSTREAM=1`` (CI) makes this an error.
+
+In both, tests/lab/node_agent.py plays what needs a kubelet or a GPU (operand pods and
+their init gates, device plugin advertisement, GFD labels, the CUDA sample, faults).
 
 One Lab object manages one work directory (``.lab`` for `make lab-up`, a temporary
 one for the integration suite), so a developer's lab and the test lab never collide.
-State (ports, pids) lives in ``<workdir>/state.json``; processes run in their own
+State (mode, ports, pids) lives in ``<workdir>/state.json``; processes run in their own
 sessions so they outlive `labctl up`, and `labctl down` ends every one of them.
 """
 
@@ -24,25 +37,40 @@ import uuid
 
 import yaml
 
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
 from tests.lab import fleet as fleet_mod
+from tests.lab import upstream
+from tests.lab import chart_repo
 from tests.lab.pki import ensure_pki
 
 ROOT = fleet_mod.ROOT
 HERE = os.path.dirname(os.path.abspath(__file__))
-REFERENCE = os.path.join(os.path.dirname(ROOT), "shared", "reference")
-CRDS = (
+REFERENCE = os.path.join(HERE, "reference")
+KWOK_LOGS_CRD = os.path.join(HERE, "kwok", "logs-crd.yaml")
+# Offline: the CRDs a real install would bring (helm-controller's, the chart's).
+SIMULATED_CRDS = (
     os.path.join(REFERENCE, "helm-controller-v0.16.26", "helm.cattle.io_helmcharts.yaml"),
     os.path.join(REFERENCE, "helm-controller-v0.16.26", "helm.cattle.io_helmchartconfigs.yaml"),
     os.path.join(REFERENCE, "gpu-operator-v26.3.2", "nvidia.com_clusterpolicies.yaml"),
-    os.path.join(HERE, "kwok", "logs-crd.yaml"),
 )
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "gpu-operator-sim")
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+COMPONENTS = {
+    "real": CONTROL_PLANE + ("helm-controller", "chart-repo", "helm-job-runner", "gpu-operator", "node-agent"),
+    "simulated": CONTROL_PLANE + ("node-agent",),
+}
+# What each component's command line contains (the lab's Python parts run as python -m).
+BINARY = {"node-agent": "tests.lab.node_agent", "helm-job-runner": "tests.lab.helm_job_runner",
+          "chart-repo": "tests.lab.chart_repo"}
 SERVICE_CIDR = "10.96.0.0/16"
+OPERATOR_NAMESPACE = "gpu-operator"
+OPERATOR_VERSION = upstream.OPERATOR_TAG
+# Where a HelmChart gets the chart when the lab has no repository of its own (offline mode
+# ignores it; the lab site's inventory reads LAB_CHART_REPO).
+PUBLIC_CHART_REPO = "https://helm.ngc.nvidia.com/nvidia"
 
 
 def _binary(component):
-    """What a component's command line contains (the simulator runs as python -m)."""
-    return "tests.lab.gpu_operator_sim" if component == "gpu-operator-sim" else component
+    return BINARY.get(component, component)
 
 
 def log(message):
@@ -55,11 +83,51 @@ def free_port():
         return sock.getsockname()[1]
 
 
-def build_binaries():
-    """Runs tests/lab/build.sh (cached builds are instant) and returns the bin folder."""
-    result = subprocess.run(["bash", os.path.join(HERE, "build.sh")], stdout=subprocess.PIPE, check=True,
-                            universal_newlines=True)
+def build(*args):
+    """Runs tests/lab/build.sh ARGS (cached builds are instant) and returns its result line."""
+    result = subprocess.run(["bash", os.path.join(HERE, "build.sh")] + list(args), stdout=subprocess.PIPE,
+                            check=True, universal_newlines=True)
     return result.stdout.strip().splitlines()[-1]
+
+
+def build_binaries():
+    """The control plane's bin folder."""
+    return build("control-plane")
+
+
+def operator_opt_tree(source, key):
+    """The image's /opt layout (docker/Dockerfile: assets at /opt/gpu-operator, manifests
+    under it, the ClusterPolicy CRD beside them, the validator's manifests at
+    /opt/validator/manifests), built once per source key in the lab cache."""
+    opt = os.path.join(upstream.cache_root(), "gpu-operator-%s" % key, "opt")
+    if os.path.isdir(os.path.join(opt, "gpu-operator", "state-driver")):
+        return opt
+    partial = opt + ".partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(os.path.join(source.tree, "assets"), os.path.join(partial, "gpu-operator"))
+    shutil.copytree(os.path.join(source.tree, "manifests"), os.path.join(partial, "gpu-operator", "manifests"))
+    shutil.copy(os.path.join(source.chart_dir, "crds", "nvidia.com_clusterpolicies.yaml"),
+                os.path.join(partial, "gpu-operator"))
+    validator_manifests = os.path.join(source.tree, "validator", "manifests")
+    if os.path.isdir(validator_manifests):
+        shutil.copytree(validator_manifests, os.path.join(partial, "validator", "manifests"))
+    shutil.rmtree(opt, ignore_errors=True)
+    os.rename(partial, opt)
+    return opt
+
+
+HELMCHART_LABEL = "helmcharts.helm.cattle.io/chart"
+
+
+def operand_pod_exclusions():
+    """kwok Stage selector terms that match no operand pod (by the operand model's pod
+    selectors), so kwok leaves those pods to the node agent."""
+    by_key = {}
+    for operand in om.OPERANDS:
+        key, value = operand.pod_selector
+        by_key.setdefault(key, []).append(value)
+    return [{"key": '.metadata.labels["%s"]' % key, "operator": "NotIn", "values": sorted(values)}
+            for key, values in sorted(by_key.items())]
 
 
 class LabError(RuntimeError):
@@ -67,7 +135,9 @@ class LabError(RuntimeError):
 
 
 class Lab(object):
-    def __init__(self, workdir=None, fleet_file=None, bin_dir=None):
+    def __init__(self, workdir=None, fleet_file=None, bin_dir=None, mode=None):
+        """``mode``: "simulated" runs the offline simulator even where the upstream source
+        is present (the conformance suite compares the two); None decides by the source."""
         self.workdir = os.path.abspath(workdir or os.path.join(ROOT, ".lab"))
         self.fleet_file = fleet_file or fleet_mod.DEFAULT_FLEET
         self._bin_dir = bin_dir
@@ -76,6 +146,7 @@ class Lab(object):
         self.logs_dir = os.path.join(self.workdir, "logs")
         self._children = {}
         self._api = None
+        self._mode = mode
 
     # ------------------------------------------------------------ state
     @property
@@ -114,10 +185,27 @@ class Lab(object):
             return False
         return any(binary.encode() in part for part in cmdline)
 
+    @property
+    def mode(self):
+        """"real" (the GPU Operator, helm-controller and helm) or "simulated"; None before up."""
+        return self.state().get("mode")
+
+    def components(self):
+        return COMPONENTS.get(self.mode or "simulated")
+
     def processes(self):
         """{component: pid or None} for the components this lab started."""
         pids = self.state().get("pids", {})
-        return dict((c, pids.get(c) if self._alive(pids.get(c), _binary(c)) else None) for c in COMPONENTS)
+        return dict((c, pids.get(c) if self._alive(pids.get(c), _binary(c)) else None) for c in self.components())
+
+    def env(self):
+        """What a subprocess talking to this lab needs: its kubeconfig (as kubernetes.core
+        and kubectl read it) and the chart repository the lab site's HelmChart points at."""
+        return {"K8S_AUTH_KUBECONFIG": self.kubeconfig, "KUBECONFIG": self.kubeconfig,
+                "LAB_CHART_REPO": self.chart_repo_url()}
+
+    def chart_repo_url(self):
+        return self.state().get("chart_repo") or PUBLIC_CHART_REPO
 
     def is_up(self):
         procs = self.processes()
@@ -125,6 +213,7 @@ class Lab(object):
 
     # ------------------------------------------------------------ processes
     def _spawn(self, component, argv, env=None):
+        """Starts ``argv`` in its own session, output to logs/<component>.log."""
         os.makedirs(self.logs_dir, exist_ok=True)
         out = open(os.path.join(self.logs_dir, component + ".log"), "ab")
         full_env = dict(os.environ)
@@ -343,6 +432,14 @@ class Lab(object):
         path = os.path.join(self.workdir, "kwok.yaml")
         with open(os.path.join(HERE, "kwok", "stages.yaml")) as handle:
             stages = yaml.safe_load(handle)["stages"]
+        # The node agent runs operand pods (their init gates decide when they start), and in
+        # the real mode the job runner runs helm-controller's pods: kwok leaves both alone.
+        leave_alone = operand_pod_exclusions()
+        if self.mode == "real":
+            leave_alone.append({"key": '.metadata.labels["%s"]' % HELMCHART_LABEL, "operator": "DoesNotExist"})
+        for stage in stages:
+            if stage["metadata"]["name"] in ("pod-ready", "pod-complete", "pod-fail-lab"):
+                stage["spec"]["selector"]["matchExpressions"].extend(leave_alone)
         with open(path, "w") as handle:
             # kwokctl fills these defaults itself; the kwok binary alone does not.
             handle.write("apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:\n"
@@ -369,13 +466,76 @@ class Lab(object):
             "--enable-crds", "Logs",
         ])
 
-    def _start_simulator(self):
-        env = {"PYTHONPATH": os.pathsep.join([os.path.join(ROOT, ".build", "collections"), ROOT])}
-        self._spawn("gpu-operator-sim", [
-            sys.executable, "-u", "-m", "tests.lab.gpu_operator_sim",
-            "--kubeconfig", self.kubeconfig, "--workdir", self.workdir,
-            "--reference", os.path.join(REFERENCE, "gpu-operator-v26.3.2"),
-        ], env=env)
+    def _python_env(self):
+        return {"PYTHONPATH": os.pathsep.join([os.path.join(ROOT, ".build", "collections"), ROOT])}
+
+    def _start_node_agent(self):
+        argv = [sys.executable, "-u", "-m", "tests.lab.node_agent", "--kubeconfig", self.kubeconfig,
+                "--workdir", self.workdir]
+        if self.mode == "simulated":
+            argv += ["--simulate-operator", os.path.join(REFERENCE, "gpu-operator-v26.3.2")]
+        self._spawn("node-agent", argv, env=self._python_env())
+
+    def _start_helm_controller(self):
+        tools = self.state()["helm_tools"]
+        self._spawn("helm-controller", [os.path.join(tools, "helm-controller"), "--kubeconfig", self.kubeconfig],
+                    env={"NODE_NAME": "cpu-1"})
+        # helm-controller installs its own, embedded HelmChart CRDs at start.
+        self._wait_for("helm-controller's HelmChart CRDs", lambda: self._crds_established(
+            {"helmcharts.helm.cattle.io", "helmchartconfigs.helm.cattle.io"}), 120, "helm-controller")
+
+    def _start_chart_repo(self, source):
+        """The operator's real chart, packaged as the release (the tag's Chart.yaml says
+        v1.0.0-devel), served on 127.0.0.1 the way an air-gapped site serves its mirror."""
+        state = self.state()
+        port = state["ports"]["chart_repo"]
+        url = chart_repo.repo_url(port)
+        repo = chart_repo.ChartRepo(source.chart_dir, os.path.join(state["helm_tools"], "helm"),
+                                    os.path.join(self.workdir, "chart-repo"), url)
+        repo.build(OPERATOR_VERSION, OPERATOR_VERSION)
+        self._spawn("chart-repo", [sys.executable, "-u", "-m", "tests.lab.chart_repo", "--dir", repo.charts_dir,
+                                   "--port", str(port)], env=self._python_env())
+        self._wait_for("chart repository %s" % url, lambda: chart_repo.serves(url), 30, "chart-repo")
+        state = self.state()
+        state["chart_repo"] = url
+        self._save_state(state)
+
+    def _start_job_runner(self):
+        self._spawn("helm-job-runner", [
+            sys.executable, "-u", "-m", "tests.lab.helm_job_runner", "--kubeconfig", self.kubeconfig,
+            "--workdir", self.workdir, "--helm", os.path.join(self.state()["helm_tools"], "helm")],
+            env=self._python_env())
+
+    def _start_operator(self):
+        """The real operator, out of cluster: it reads its manifests from the hard-coded
+        /opt/gpu-operator, which a private mount namespace gives it (nothing on the host
+        changes); loopback ports only, no leader election."""
+        state = self.state()
+        ports = state["ports"]
+        script = 'mount --bind "$0" /opt && exec "$@"'
+        self._spawn("gpu-operator", [
+            "unshare", "-m", "--propagation", "private", "sh", "-c", script, state["operator_opt"],
+            state["operator_bin"], "--leader-elect=false",
+            "--metrics-bind-address=127.0.0.1:%d" % ports["operator_metrics"],
+            "--health-probe-bind-address=127.0.0.1:%d" % ports["operator_health"],
+        ], env={"KUBECONFIG": self.kubeconfig, "OPERATOR_NAMESPACE": OPERATOR_NAMESPACE})
+        self._wait_for("gpu-operator health probe", lambda: self._http_ok(
+            "http://127.0.0.1:%d/healthz" % ports["operator_health"]), 120, "gpu-operator")
+
+    @staticmethod
+    def _http_ok(url):
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                return response.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def restart_operator(self):
+        """Fault switch: the operator process stops and starts again (an operator pod restart)."""
+        if self.mode != "real":
+            raise LabError("restart_operator needs the real operator (lab mode %s)" % self.mode)
+        self._stop("gpu-operator", self.state()["pids"]["gpu-operator"])
+        self._start_operator()
 
     # ------------------------------------------------------------ API helpers
     def api_client(self):
@@ -394,33 +554,32 @@ class Lab(object):
         from kubernetes import client
         return client.CoreV1Api(self.api)
 
-    def _apply_crds(self):
+    def _apply_crds(self, paths):
         from kubernetes import client
         ext = client.ApiextensionsV1Api(self.api)
-        for path in CRDS:
+        names = set()
+        for path in paths:
             with open(path) as handle:
                 for doc in yaml.safe_load_all(handle):
                     if not doc:
                         continue
+                    names.add(doc["metadata"]["name"])
                     try:
                         ext.create_custom_resource_definition(doc)
                     except client.ApiException as exc:
                         if exc.status != 409:
                             raise
-        names = [os.path.basename(p) for p in CRDS]
-        self._wait_for("CRDs established (%s)" % ", ".join(names), self._crds_established, 60)
+        self._wait_for("CRDs established (%s)" % ", ".join(sorted(names)), lambda: self._crds_established(names), 60)
 
-    def _crds_established(self):
+    def _crds_established(self, wanted):
         from kubernetes import client
         ext = client.ApiextensionsV1Api(self.api)
-        wanted = {"helmcharts.helm.cattle.io", "helmchartconfigs.helm.cattle.io", "clusterpolicies.nvidia.com",
-                  "logs.kwok.x-k8s.io"}
         ready = set()
         for crd in ext.list_custom_resource_definition().items:
             for cond in (crd.status.conditions or []):
                 if cond.type == "Established" and cond.status == "True":
                     ready.add(crd.metadata.name)
-        return wanted <= ready
+        return set(wanted) <= ready
 
     def fleet(self):
         return fleet_mod.load_fleet(self.fleet_file)
@@ -456,9 +615,25 @@ class Lab(object):
             return False
 
     # ------------------------------------------------------------ lifecycle
+    def _choose_mode(self):
+        """The real operator when its source can be had; else the simulator, said in one
+        line, or an error naming what was tried when upstream is required (CI)."""
+        if self._mode == "simulated":
+            log("simulated GPU Operator asked for (tests/lab/gpu_operator_sim.py)")
+            return "simulated", None
+        try:
+            source = upstream.resolve_operator_source()
+        except upstream.UpstreamMissing as exc:
+            if upstream.upstream_required():
+                raise LabError("%s=1 and no GPU Operator source: %s" % (upstream.REQUIRE_ENV, "; ".join(exc.tried)))
+            log("no GPU Operator source (%s): running the offline simulator of helm-controller and the operator "
+                "(tests/lab/gpu_operator_sim.py) instead" % "; ".join(exc.tried))
+            return "simulated", None
+        return "real", source
+
     def up(self):
         if self.is_up():
-            log("lab already up (%s)" % self.workdir)
+            log("lab already up (%s, %s)" % (self.workdir, self.describe_operator()))
             self.register_fleet()
             return
         if self.state().get("pids"):
@@ -466,40 +641,82 @@ class Lab(object):
             self.down()
         started = time.monotonic()
         os.makedirs(self.workdir, exist_ok=True)
+        mode, source = self._choose_mode()
         # Always through the build script: it returns the cache folder of the current pins.
         bin_dir = self._bin_dir = self._bin_dir or build_binaries()
+        state = {"bin": bin_dir, "pids": {}, "mode": mode, "ports": dict(
+            (name, free_port()) for name in ("etcd", "etcd_peer", "etcd_metrics", "apiserver", "kcm", "scheduler",
+                                             "kwok", "chart_repo", "operator_metrics", "operator_health"))}
+        if mode == "real":
+            key = source.key
+            state.update(helm_tools=build("helm-tools"), operator_bin=build("gpu-operator", source.tree, key),
+                         operator_opt=operator_opt_tree(source, key), operator_source=source.origin,
+                         operator_crds=source.crd_files)
+            log("GPU Operator %s (real, built from %s)" % (OPERATOR_VERSION, source.origin))
         ensure_pki(os.path.join(self.workdir, "pki"))
         shutil.rmtree(os.path.join(self.workdir, "etcd-data"), ignore_errors=True)
         shutil.rmtree(os.path.join(self.workdir, "podlogs"), ignore_errors=True)
-        self._save_state({"bin": bin_dir, "pids": {}, "ports": dict(
-            (name, free_port()) for name in ("etcd", "etcd_peer", "etcd_metrics", "apiserver", "kcm", "scheduler",
-                                             "kwok"))})
+        self._save_state(state)
         log("starting etcd")
         self._start_etcd()
         log("starting kube-apiserver")
         self._start_apiserver()
         self._write_kubeconfig()
         self._api = None
-        log("installing CRDs (HelmChart, HelmChartConfig, ClusterPolicy, kwok Logs)")
-        self._apply_crds()
-        log("starting kube-controller-manager, kube-scheduler, kwok, gpu-operator-sim")
+        if mode == "real":
+            # The operator's CRDs as its chart ships them (helm installs crds/ only when absent;
+            # the operator's manager needs them before it starts), and kwok's Logs.
+            log("installing CRDs: the chart's ClusterPolicy and NVIDIADriver, kwok Logs")
+            self._apply_crds(state["operator_crds"] + [KWOK_LOGS_CRD])
+        else:
+            log("installing CRDs (HelmChart, HelmChartConfig, ClusterPolicy from tests/lab/reference, kwok Logs)")
+            self._apply_crds(list(SIMULATED_CRDS) + [KWOK_LOGS_CRD])
+        log("starting kube-controller-manager, kube-scheduler, kwok")
         self._start_controllers()
         self._start_kwok()
-        self._start_simulator()
         log("registering the fleet from %s" % os.path.relpath(self.fleet_file, ROOT))
         self.register_fleet()
         names = sorted(self.fleet())
         self._wait_for("fleet nodes Ready", lambda: self._nodes_ready(names), 120, "kwok")
         self._wait_for("default ServiceAccount", self._default_serviceaccount, 60, "kube-controller-manager")
+        if mode == "real":
+            log("starting helm-controller %s, the chart repository, the helm job runner" % "v0.16.27")
+            self._start_helm_controller()
+            self._start_chart_repo(source)
+            self._start_job_runner()
+            log("starting the GPU Operator %s out of cluster" % OPERATOR_VERSION)
+            self._start_operator()
+        log("starting the node agent (%s)" % ("kubelets, device plugins, GFD, CUDA sample" if mode == "real" else
+                                             "kubelets, device plugins, GFD, CUDA sample; simulated operator"))
+        self._start_node_agent()
         state = self.state()
         state["started_seconds"] = round(time.monotonic() - started, 1)
         self._save_state(state)
-        log("lab up in %.1fs; kubeconfig %s" % (time.monotonic() - started, self.kubeconfig))
+        log("lab up in %.1fs; %s; kubeconfig %s" % (time.monotonic() - started, self.describe_operator(),
+                                                     self.kubeconfig))
+
+    def build(self):
+        """Builds (or finds cached) every binary the lab would run now, and says which
+        operator that is: what `make lab-build` does."""
+        build_binaries()
+        mode, source = self._choose_mode()
+        if mode == "real":
+            build("helm-tools")
+            build("gpu-operator", source.tree, source.key)
+            operator_opt_tree(source, source.key)
+            log("GPU Operator %s: the real operator, built from %s" % (OPERATOR_VERSION, source.origin))
+        return mode
+
+    def describe_operator(self):
+        state = self.state()
+        if state.get("mode") == "real":
+            return "GPU Operator %s: the real operator, built from %s" % (OPERATOR_VERSION, state.get("operator_source"))
+        return "GPU Operator %s: simulated (no upstream source; tests/lab/gpu_operator_sim.py)" % OPERATOR_VERSION
 
     def down(self):
         state = self.state()
         pids = state.get("pids", {})
-        for component in reversed(COMPONENTS):
+        for component in reversed(self.components()):
             if pids.get(component):
                 self._stop(component, pids[component])
         if os.path.exists(self.state_file):
@@ -514,7 +731,10 @@ class Lab(object):
 
     def status(self):
         state = self.state()
-        lines = ["workdir:    %s" % self.workdir, "kubeconfig: %s" % self.kubeconfig]
+        lines = ["workdir:    %s" % self.workdir, "kubeconfig: %s" % self.kubeconfig,
+                 "operator:   %s" % self.describe_operator()]
+        if state.get("chart_repo"):
+            lines.append("charts:     %s (gpu-operator %s, the real chart)" % (state["chart_repo"], OPERATOR_VERSION))
         for component, pid in self.processes().items():
             lines.append("  %-24s %s" % (component, ("running, pid %d" % pid) if pid else "stopped"))
         if self.is_up():
@@ -534,7 +754,7 @@ class Lab(object):
         body = {
             "apiVersion": "helm.cattle.io/v1", "kind": "HelmChart",
             "metadata": {"name": name, "namespace": "kube-system", "annotations": dict(annotations or {})},
-            "spec": {"chart": "gpu-operator", "repo": "https://helm.ngc.nvidia.com/nvidia", "version": version,
+            "spec": {"chart": "gpu-operator", "repo": self.chart_repo_url(), "version": version,
                      "targetNamespace": "gpu-operator", "createNamespace": True,
                      "valuesContent": yaml.safe_dump(values or {}, default_flow_style=False)},
         }
@@ -606,7 +826,7 @@ class Lab(object):
             elif chart is not None or summary.get("chart_uid"):
                 return False
             return bool(summary.get("settled"))
-        self._wait_for("simulated GPU Operator settled", caught_up, timeout, "gpu-operator-sim")
+        self._wait_for("GPU layer settled (%s)" % self.mode, caught_up, timeout, "node-agent")
         return self.settled()
 
     def _sync(self, token):
@@ -627,6 +847,14 @@ class Lab(object):
         Ready (CrashLoopBackOff); default: container-toolkit, the "device plugin without
         toolkit" node."""
         self._annotate(node, fleet_mod.HOLD_DOWN_ANNOTATION, ",".join(operands or ("container-toolkit",)))
+
+    def reboot(self, node):
+        """Fault switch: the node reboots. /run is empty afterwards (its validation files are
+        gone) and every operand pod on it runs its init containers again."""
+        current = self.core().read_node(node)
+        boot = int((current.metadata.annotations or {}).get(fleet_mod.LAB_ANNOTATION + "boot") or "0") + 1
+        self.core().patch_node(node, {"metadata": {"annotations": {
+            fleet_mod.LAB_ANNOTATION + "boot": str(boot), fleet_mod.LAB_ANNOTATION + "validations": None}}})
 
     def release(self, node):
         self._annotate(node, fleet_mod.HOLD_DOWN_ANNOTATION, None)
@@ -681,9 +909,13 @@ class Lab(object):
                 self.delete_node(name)
                 continue
             annotations = dict((k, None) for k in (node.metadata.annotations or {})
-                               if k.startswith(fleet_mod.LAB_ANNOTATION) and k != fleet_mod.HARDWARE_ANNOTATION)
+                               if k.startswith(fleet_mod.LAB_ANNOTATION) and k not in fleet_mod.NODE_STATE_ANNOTATIONS)
             labels = dict((k, None) for k, v in (node.metadata.labels or {}).items()
-                          if k.startswith("nvidia.com/gpu.deploy.") and v not in ("true", "pre-installed"))
+                          if k.startswith("nvidia.com/gpu.deploy.") and v != "true")
+            if labels:
+                # The operator does not reconcile a removed deploy label; a missing common GPU
+                # label makes it reconcile the node and put back the deploy labels it owns.
+                labels["nvidia.com/gpu.present"] = None
             labels.update(dict((k, None) for k in (node.metadata.labels or {})
                                if k in ("nvidia.com/gpu.workload.config", "nvidia.com/vgpu.config")))
             if annotations or labels:

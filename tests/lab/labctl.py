@@ -1,7 +1,7 @@
 """labctl: start, stop and inspect the lab (see tests/lab/lab.py).
 
-    python -m tests.lab.labctl up|down|status|kubeconfig|restart-apiserver
-    python -m tests.lab.labctl hold-down NODE [OPERAND...] | release NODE
+    python -m tests.lab.labctl build|up|down|status|kubeconfig|restart-apiserver|restart-operator
+    python -m tests.lab.labctl hold-down NODE [OPERAND...] | release NODE | reboot NODE
     python -m tests.lab.labctl cuda-fail NODE | cuda-pass NODE
     python -m tests.lab.labctl add-node NAME [--workload-config C] [--gpus N]
 """
@@ -9,6 +9,7 @@
 import argparse
 import sys
 
+from tests.lab import upstream
 from tests.lab.lab import Lab, LabError
 
 
@@ -16,8 +17,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="labctl", description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--workdir", help="lab work directory (default .lab in the repo)")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("up", "down", "status", "kubeconfig", "restart-apiserver"):
+    for name in ("build", "up", "down", "status", "kubeconfig", "restart-apiserver", "restart-operator", "env"):
         sub.add_parser(name)
+    sub.add_parser("reboot", help="a node reboots: /run/nvidia/validations is empty again").add_argument("node")
     hold = sub.add_parser("hold-down", help="hold operand pods on a node not Ready (default container-toolkit)")
     hold.add_argument("node")
     hold.add_argument("operands", nargs="*")
@@ -33,7 +35,16 @@ def main(argv=None):
 
     lab = Lab(workdir=args.workdir)
     try:
-        if args.command == "up":
+        if args.command == "build":
+            lab.build()
+        elif args.command == "env":
+            for key, value in sorted(lab.env().items()):
+                print("%s=%s" % (key, value))
+        elif args.command == "restart-operator":
+            lab.restart_operator()
+        elif args.command == "reboot":
+            lab.reboot(args.node)
+        elif args.command == "up":
             lab.up()
             print(lab.status())
         elif args.command == "down":
@@ -52,7 +63,7 @@ def main(argv=None):
             lab.fail_cuda_sample(args.node, args.command == "cuda-fail")
         elif args.command == "add-node":
             lab.add_node(args.name, workload_config=args.workload_config, gpus=args.gpus)
-    except LabError as exc:
+    except (LabError, upstream.UpstreamMissing) as exc:
         print("labctl: %s" % exc, file=sys.stderr)
         return 1
     return 0

@@ -1,0 +1,634 @@
+"""LAB-ONLY: what the fleet's hosts would do that a control plane cannot, because it takes
+a kubelet, a container runtime or a GPU. Everything the GPU Operator decides (node
+labels, which DaemonSets exist, their selectors, ClusterPolicy status) comes from the
+real operator (or, offline, tests/lab/gpu_operator_sim.py); this agent plays only:
+
+- the kubelet running operand pods, including the order their init containers impose.
+  The gates are read from each pod's own init containers (the operator's manifests):
+  ``until [ -f /run/nvidia/validations/<file> ]`` waits for that file; an init container
+  running ``nvidia-validator`` with ``COMPONENT=<c>`` waits for its component and then
+  writes ``<c>-ready`` (cmd/nvidia-validator: driver, toolkit, cuda, plugin, vfio-pci,
+  vgpu-manager, vgpu-devices, cc-manager; the sandbox validator also writes
+  ``workload-type``). The files of a node live in its annotation
+  ``lab.gpuplatform.invalid/validations`` (its /run), so they outlive pod restarts and a
+  "reboot" (fault switch) clears them, after which every operand pod on the node runs its
+  init containers again. A pod blocked at a gate stays Pending in ``Init``.
+- faults: a held-down operand runs but is not Ready (CrashLoopBackOff); an image outside
+  the site mirror (HelmChart annotation ``lab.gpuplatform.invalid/mirror-registry``) is
+  ImagePullBackOff naming the image;
+- the device plugins: a node advertises its workload config's resource only while its
+  (sandbox) device plugin pod is Running and Ready (kubevirt-gpu-device-plugin's names for
+  passthrough, the vGPU type for vGPU nodes);
+- gpu-feature-discovery: the product, memory and count labels while its pod is Ready;
+- the CUDA sample: a pod running a ``cuda-sample`` image completes Succeeded with
+  ``Test PASSED`` in its log (served through the pod log endpoint), or Failed when the
+  node's chain is broken or the lab switch says so.
+
+Waiting for it: every reconcile publishes a summary in the ConfigMap
+``kube-system/gpu-operator-sim`` (installed, settled, per-node report). A waiter that
+writes a fresh token to that ConfigMap's annotation ``lab.gpuplatform.invalid/sync`` and
+waits until the summary echoes it and says settled has seen the agent catch up with every
+write it made before. With the real operator, "settled" also needs the cluster to have
+been quiet for a moment: the operator reacts to node changes within milliseconds, and
+nothing it writes says which change it has seen.
+"""
+
+import argparse
+import base64
+import datetime
+import gzip
+import json
+import os
+import queue
+import re
+import sys
+import threading
+import time
+
+import yaml
+from kubernetes import client, config, watch
+
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import image_plan
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
+from tests.lab import fleet as fleet_mod
+
+SIM_CONFIGMAP = "gpu-operator-sim"
+SYNC_ANNOTATION = fleet_mod.LAB_ANNOTATION + "sync"
+MIRROR_ANNOTATION = fleet_mod.LAB_ANNOTATION + "mirror-registry"
+VALIDATIONS_ANNOTATION = fleet_mod.LAB_ANNOTATION + "validations"
+BOOT_ANNOTATION = fleet_mod.LAB_ANNOTATION + "boot"
+# On an operand pod: the node boot in which its init containers completed.
+INITIALIZED_ANNOTATION = fleet_mod.LAB_ANNOTATION + "initialized-boot"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-operator-sim"}
+CUDA_PASSED_LOG = ("[Vector addition of 50000 elements]", "Copy input data from the host memory to the CUDA device",
+                   "CUDA kernel launch with 196 blocks of 256 threads",
+                   "Copy output data from the CUDA device to the host memory", "Test PASSED", "Done")
+# How long the cluster must be quiet before a summary may say settled (real operator).
+QUIET_SECONDS = 1.0
+
+_WAIT_FOR_FILE = re.compile(r"until \[ -f /run/nvidia/validations/([\w.-]+) \]")
+# cmd/nvidia-validator: the status file each component writes when it validated.
+VALIDATOR_FILES = {
+    "driver": "driver-ready", "toolkit": "toolkit-ready", "cuda": "cuda-ready", "plugin": "plugin-ready",
+    "vfio-pci": "vfio-pci-ready", "vgpu-manager": "vgpu-manager-ready", "vgpu-devices": "vgpu-devices-ready",
+    "cc-manager": "cc-manager-ready",
+}
+# The operand whose pod a validator component checks on its node; when no DaemonSet of
+# that operand targets the node, the host provides it (driver.enabled=false and friends).
+VALIDATED_OPERAND = {
+    "driver": "driver", "toolkit": "container-toolkit", "vfio-pci": "vfio-manager",
+    "vgpu-manager": "vgpu-manager", "vgpu-devices": "vgpu-device-manager", "cc-manager": "cc-manager",
+}
+# A component that needs another's file first.
+VALIDATOR_NEEDS = {"toolkit": ("driver-ready",), "cuda": ("toolkit-ready",), "plugin": ("toolkit-ready",)}
+
+
+def now_rfc3339():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def pod_running_ready(pod):
+    status = pod.get("status") or {}
+    if pod["metadata"].get("deletionTimestamp") or status.get("phase") != "Running":
+        return False
+    statuses = status.get("containerStatuses") or []
+    return bool(statuses) and all(s.get("ready") for s in statuses)
+
+
+def init_gate(container):
+    """What an operand's init container waits for: ("file", name), ("validate", component)
+    or None (it completes at once: config-manager-init, k8s-driver-manager, ...)."""
+    text = " ".join((container.get("command") or []) + (container.get("args") or []))
+    found = _WAIT_FOR_FILE.search(text)
+    if found:
+        return "file", found.group(1)
+    if "nvidia-validator" in text:
+        env = dict((e.get("name"), e.get("value")) for e in container.get("env") or ())
+        if env.get("COMPONENT"):
+            return "validate", env["COMPONENT"]
+    return None
+
+
+def node_files(node):
+    value = (node["metadata"].get("annotations") or {}).get(VALIDATIONS_ANNOTATION) or ""
+    return set(v for v in value.split(",") if v)
+
+
+def node_boot(node):
+    return (node["metadata"].get("annotations") or {}).get(BOOT_ANNOTATION) or "0"
+
+
+def selects(template_spec, node):
+    """The DaemonSet pod template ``template_spec`` targets ``node`` (nodeSelector and taints)."""
+    labels = node["metadata"].get("labels") or {}
+    if any(labels.get(k) != v for k, v in (template_spec.get("nodeSelector") or {}).items()):
+        return False
+    return not om.untolerated_taints((node.get("spec") or {}).get("taints"), template_spec.get("tolerations"))
+
+
+class NodeAgent(object):
+    def __init__(self, api_client, workdir, operator_simulator=None):
+        self.api = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.apps = client.AppsV1Api(api_client)
+        self.batch = client.BatchV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self.workdir = workdir
+        # Offline: the simulated helm-controller and operator run in this loop too.
+        self.operator_simulator = operator_simulator
+        self.events = queue.Queue()
+        self.changes = 0
+        self.last_event = time.monotonic()
+
+    # ------------------------------------------------------------ plumbing
+    def _json(self, obj):
+        return self.api.sanitize_for_serialization(obj)
+
+    def _watch(self, name, list_fn, **kwargs):
+        """One thread per kind: every event (and every reconnect) wakes the reconciler."""
+        while True:
+            try:
+                for _event in watch.Watch().stream(list_fn, timeout_seconds=300, **kwargs):
+                    if name != "sync":
+                        self.last_event = time.monotonic()
+                    self.events.put(name)
+            except Exception as exc:  # the API server restarts under us in fault tests
+                print("watch %s: %s" % (name, exc), file=sys.stderr, flush=True)
+                time.sleep(0.5)
+            self.events.put(name)
+
+    def run(self):
+        watches = (
+            ("nodes", self.core.list_node, {}),
+            ("pods", self.core.list_pod_for_all_namespaces, {}),
+            ("daemonsets", self.apps.list_daemon_set_for_all_namespaces, {}),
+            ("jobs", self.batch.list_namespaced_job, {"namespace": "kube-system"}),
+            ("helmcharts", self.custom.list_namespaced_custom_object,
+             {"group": "helm.cattle.io", "version": "v1", "namespace": "kube-system", "plural": "helmcharts"}),
+            ("clusterpolicies", self.custom.list_cluster_custom_object,
+             {"group": "nvidia.com", "version": "v1", "plural": "clusterpolicies"}),
+            ("sync", self.core.list_namespaced_config_map,
+             {"namespace": "kube-system", "field_selector": "metadata.name=" + SIM_CONFIGMAP}),
+        )
+        for name, fn, kwargs in watches:
+            threading.Thread(target=self._watch, args=(name, fn), kwargs=kwargs, daemon=True).start()
+        while True:
+            try:
+                self.events.get(timeout=QUIET_SECONDS / 2)
+            except queue.Empty:
+                pass
+            # Coalesce a burst of events into one reconcile.
+            time.sleep(0.05)
+            while not self.events.empty():
+                self.events.get_nowait()
+            try:
+                self.reconcile()
+            except client.ApiException as exc:
+                print("reconcile: %s %s %s" % (exc.status, exc.reason, (exc.body or "")[:600]), file=sys.stderr,
+                      flush=True)
+                time.sleep(0.5)
+                self.events.put("retry")
+            except Exception as exc:
+                print("reconcile: %r" % exc, file=sys.stderr, flush=True)
+                time.sleep(0.5)
+                self.events.put("retry")
+
+    def _ignore(self, status, fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except client.ApiException as exc:
+            if exc.status not in status:
+                raise
+            return None
+
+    def _sync_token(self):
+        """The token a waiter last wrote on the summary ConfigMap. Read before anything else,
+        so a summary that echoes it was computed from every write the waiter made before."""
+        current = self._ignore((404,), self.core.read_namespaced_config_map, SIM_CONFIGMAP, "kube-system")
+        return ((current.metadata.annotations or {}).get(SYNC_ANNOTATION)) if current is not None else None
+
+    # ------------------------------------------------------------ reconcile
+    def reconcile(self):
+        self.changes = 0
+        sync = self._sync_token()
+        quiet_since = self.last_event
+        charts = [c for c in self.custom.list_namespaced_custom_object(
+            "helm.cattle.io", "v1", "kube-system", "helmcharts")["items"] if c["spec"].get("chart") == "gpu-operator"]
+        chart = charts[0] if charts else None
+        summary = {"installed": False, "settled": False, "nodes": {}, "sync": sync,
+                   "mode": "simulated" if self.operator_simulator else "real",
+                   "chart_generation": chart["metadata"].get("generation") if chart else None,
+                   "chart_uid": chart["metadata"].get("uid") if chart else None}
+        operator_settled = True
+        if self.operator_simulator is not None:
+            result = self.operator_simulator.reconcile(chart)
+            summary.update(result)
+            operator_settled = self.operator_simulator.changes == 0 and (chart is None or result.get("installed"))
+            self.changes += self.operator_simulator.changes
+        elif chart is not None and not chart["metadata"].get("deletionTimestamp"):
+            summary["installed"] = self.chart_installed(chart)
+            summary["namespace"] = chart["spec"].get("targetNamespace") or "default"
+        mirror = ((chart or {}).get("metadata", {}).get("annotations") or {}).get(MIRROR_ANNOTATION)
+        summary["mirror"] = mirror
+        nodes = self._json(self.core.list_node())["items"]
+        pods = self._json(self.core.list_pod_for_all_namespaces())["items"]
+        daemonsets = self._json(self.apps.list_daemon_set_for_all_namespaces())["items"]
+        self.operand_pods(nodes, pods, daemonsets, mirror)
+        pods = self._json(self.core.list_pod_for_all_namespaces())["items"]
+        summary["nodes"] = self.advertise(nodes, pods)
+        self.feature_discovery(nodes, pods)
+        self.cuda_samples(nodes, pods)
+        operands_settled = self._operands_settled(daemonsets, pods, nodes)
+        summary["operands_settled"] = operands_settled
+        quiet = self.operator_simulator is not None or time.monotonic() - quiet_since >= QUIET_SECONDS
+        if chart is None:
+            summary["settled"] = self.changes == 0 and operands_settled and quiet and operator_settled
+        else:
+            summary["settled"] = (bool(summary["installed"]) and operands_settled and operator_settled
+                                  and self.changes == 0 and quiet)
+        self.publish(summary)
+
+    def publish(self, summary):
+        body = {"metadata": {"name": SIM_CONFIGMAP, "namespace": "kube-system", "labels": dict(MANAGED_BY)},
+                "data": {"status": json.dumps(summary, sort_keys=True)}}
+        current = self._ignore((404,), self.core.read_namespaced_config_map, SIM_CONFIGMAP, "kube-system")
+        if current is None:
+            self._ignore((409,), self.core.create_namespaced_config_map, "kube-system", body)
+        elif (current.data or {}).get("status") != body["data"]["status"]:
+            self.core.patch_namespaced_config_map(SIM_CONFIGMAP, "kube-system", body)
+
+    def chart_installed(self, chart):
+        """helm-controller's install Job completed AND helm's own record (the release
+        Secret) says the chart's CURRENT values and version are deployed: a completed Job
+        of the values before the last change is not an install of these."""
+        job_name = (chart.get("status") or {}).get("jobName")
+        if not job_name or not job_name.startswith("helm-install-"):
+            return False
+        job = self._ignore((404,), self.batch.read_namespaced_job, job_name, chart["metadata"]["namespace"])
+        if job is None or not any(c.type == "Complete" and c.status == "True" for c in (job.status.conditions or [])):
+            return False
+        release = deployed_release(self.core, chart["metadata"]["name"], chart["spec"].get("targetNamespace") or
+                                   chart["metadata"]["namespace"])
+        if release is None:
+            return False
+        try:
+            wanted = yaml.safe_load(chart["spec"].get("valuesContent") or "") or {}
+        except yaml.YAMLError:
+            return False
+        return (release.get("config") or {}) == wanted and \
+            ((release.get("chart") or {}).get("metadata") or {}).get("version") == str(chart["spec"].get("version"))
+
+    # ------------------------------------------------------------ the kubelet of operand pods
+    def operand_pods(self, nodes, pods, daemonsets, mirror):
+        """Drives every operand pod through its init gates to Running, Ready or held."""
+        by_name = dict((n["metadata"]["name"], n) for n in nodes)
+        operand_pods = [p for p in pods if om.operand_of_pod(p["metadata"].get("labels")) is not None
+                        and p["spec"].get("nodeName") in by_name and not p["metadata"].get("deletionTimestamp")]
+        files = dict((name, node_files(node)) for name, node in by_name.items())
+        held = {}
+        for name, node in by_name.items():
+            value = (node["metadata"].get("annotations") or {}).get(fleet_mod.HOLD_DOWN_ANNOTATION) or ""
+            held[name] = set(v.strip() for v in value.split(",") if v.strip())
+        targets = {}
+        for ds in daemonsets:
+            operand = om.operand_for_daemonset(ds["metadata"]["name"])
+            if operand is not None:
+                targets.setdefault(operand.name, []).append(ds["spec"]["template"]["spec"])
+        # A pod's state depends on other pods' readiness on the same node (a validator
+        # checks the driver pod, a device plugin waits for the toolkit validation), so
+        # iterate to a fixpoint: a chain of N operands settles in at most N passes.
+        states = {}
+        for _ in range(len(om.OPERANDS) + 2):
+            ready = {}
+            for pod in operand_pods:
+                state = states.get(pod["metadata"]["uid"])
+                if state and state["ready"]:
+                    operand = om.operand_of_pod(pod["metadata"].get("labels"))
+                    ready.setdefault(pod["spec"]["nodeName"], set()).add(operand.name)
+            changed = False
+            for pod in operand_pods:
+                node = by_name[pod["spec"]["nodeName"]]
+                state = self._pod_state(pod, node, files[node["metadata"]["name"]], ready.get(
+                    node["metadata"]["name"], set()), targets, held.get(node["metadata"]["name"], set()), mirror)
+                if states.get(pod["metadata"]["uid"]) != state:
+                    states[pod["metadata"]["uid"]] = state
+                    changed = True
+            if not changed:
+                break
+        for pod in operand_pods:
+            self._set_pod_state(pod, states[pod["metadata"]["uid"]], node_boot(by_name[pod["spec"]["nodeName"]]))
+        for name, node in by_name.items():
+            if files[name] != node_files(node):
+                self.core.patch_node(name, {"metadata": {"annotations": {
+                    VALIDATIONS_ANNOTATION: ",".join(sorted(files[name])) or None}}})
+                self.changes += 1
+
+    def _provided_on(self, operand_name, node, ready, targets):
+        """The component an operand provides is there: its pod is Ready on the node, or no
+        DaemonSet of it targets the node (the host provides it)."""
+        if operand_name in ready:
+            return True
+        return not any(selects(spec, node) for spec in targets.get(operand_name, ()))
+
+    def _pod_state(self, pod, node, files, ready, targets, held, mirror):
+        """{phase, ready, blocked (init container name), waiting reason and message}; writes
+        the files a validator init container produces into ``files``."""
+        operand = om.operand_of_pod(pod["metadata"].get("labels"))
+        annotations = pod["metadata"].get("annotations") or {}
+        initialized = annotations.get(INITIALIZED_ANNOTATION) == node_boot(node)
+        if not initialized:
+            for container in pod["spec"].get("initContainers") or ():
+                gate = init_gate(container)
+                if gate is None:
+                    continue
+                kind, what = gate
+                if kind == "file":
+                    if what not in files:
+                        return {"phase": "Pending", "ready": False, "blocked": container["name"],
+                                "message": "waiting for /run/nvidia/validations/%s" % what}
+                    continue
+                if operand.name == "sandbox-validator":
+                    files.add("workload-type")
+                validated = VALIDATED_OPERAND.get(what)
+                missing = [f for f in VALIDATOR_NEEDS.get(what, ()) if f not in files]
+                if what == "plugin":
+                    allocatable = (node.get("status") or {}).get("allocatable") or {}
+                    if not om.gpu_resources(allocatable):
+                        return {"phase": "Pending", "ready": False, "blocked": container["name"],
+                                "message": "GPU resources are not yet discovered by the node"}
+                if missing or (validated and not self._provided_on(validated, node, ready, targets)):
+                    return {"phase": "Pending", "ready": False, "blocked": container["name"],
+                            "message": "waiting for the %s to be ready" % (validated or ", ".join(missing))}
+                if what in VALIDATOR_FILES:
+                    files.add(VALIDATOR_FILES[what])
+        images = [c["image"] for c in (pod["spec"].get("initContainers") or []) + pod["spec"]["containers"]]
+        outside = [i for i in images if mirror and not image_plan.within(i, mirror)]
+        if operand.name in held or "*" in held:
+            return {"phase": "Running", "ready": False, "blocked": None, "reason": "CrashLoopBackOff",
+                    "message": "back-off 5m0s restarting failed container (lab hold-down)"}
+        if outside:
+            return {"phase": "Running", "ready": False, "blocked": None, "reason": "ImagePullBackOff",
+                    "message": 'Back-off pulling image "%s": not in mirror %s' % (outside[0], mirror)}
+        return {"phase": "Running", "ready": True, "blocked": None}
+
+    def _set_pod_state(self, pod, state, boot):
+        status = pod.get("status") or {}
+        want = self._pod_status(pod, state)
+        current_statuses = [(s.get("name"), s.get("ready"), list((s.get("state") or {}).keys()),
+                             ((s.get("state") or {}).get("waiting") or {}).get("reason"))
+                            for s in status.get("containerStatuses") or ()]
+        wanted_statuses = [(s["name"], s["ready"], list(s["state"].keys()), (s["state"].get("waiting") or {}).get("reason"))
+                           for s in want["containerStatuses"]]
+        current_init = [list((s.get("state") or {}).keys()) for s in status.get("initContainerStatuses") or ()]
+        wanted_init = [list(s["state"].keys()) for s in want["initContainerStatuses"]]
+        if state["blocked"] is None and (pod["metadata"].get("annotations") or {}).get(INITIALIZED_ANNOTATION) != boot:
+            self.core.patch_namespaced_pod(pod["metadata"]["name"], pod["metadata"]["namespace"], {
+                "metadata": {"annotations": {INITIALIZED_ANNOTATION: boot}}})
+            self.changes += 1
+        if status.get("phase") == want["phase"] and current_statuses == wanted_statuses and current_init == wanted_init:
+            return
+        self.core.patch_namespaced_pod_status(pod["metadata"]["name"], pod["metadata"]["namespace"], {"status": want})
+        self.changes += 1
+
+    @staticmethod
+    def _pod_status(pod, state):
+        now = now_rfc3339()
+        inits = pod["spec"].get("initContainers") or []
+        init_statuses, reached = [], state["blocked"] is None
+        blocked_seen = False
+        for container in inits:
+            entry = {"name": container["name"], "image": container["image"], "restartCount": 0}
+            if state["blocked"] is None or not blocked_seen and container["name"] != state["blocked"]:
+                entry.update(ready=True, state={"terminated": {"exitCode": 0, "reason": "Completed",
+                                                               "startedAt": now, "finishedAt": now}})
+            elif container["name"] == state["blocked"]:
+                blocked_seen = True
+                entry.update(ready=False, started=True, state={"running": {"startedAt": now}})
+            else:
+                entry.update(ready=False, state={"waiting": {"reason": "PodInitializing"}})
+            init_statuses.append(entry)
+        statuses = []
+        for container in pod["spec"]["containers"]:
+            entry = {"name": container["name"], "image": container["image"], "ready": bool(state["ready"]),
+                     "restartCount": 0 if state["ready"] or not reached else 5}
+            if not reached:
+                entry["state"] = {"waiting": {"reason": "PodInitializing"}}
+                entry["started"] = False
+            elif state["ready"]:
+                entry["state"] = {"running": {"startedAt": now}}
+                entry["started"] = True
+            else:
+                entry["state"] = {"waiting": {"reason": state["reason"], "message": state["message"]}}
+                entry["started"] = False
+            statuses.append(entry)
+        flag = "True" if state["ready"] else "False"
+        conditions = [
+            {"type": "PodScheduled", "status": "True"},
+            {"type": "Initialized", "status": "True" if reached else "False",
+             "reason": None if reached else "ContainersNotInitialized",
+             "message": None if reached else "containers with incomplete status: [%s] (%s)" % (
+                 state["blocked"], state.get("message"))},
+            {"type": "Ready", "status": flag, "reason": None if state["ready"] else "ContainersNotReady"},
+            {"type": "ContainersReady", "status": flag, "reason": None if state["ready"] else "ContainersNotReady"},
+        ]
+        result = {"phase": state["phase"], "conditions": conditions, "initContainerStatuses": init_statuses,
+                  "containerStatuses": statuses, "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}]}
+        if not (pod.get("status") or {}).get("startTime"):
+            result["startTime"] = now
+        return result
+
+    # ------------------------------------------------------------ device plugins and GFD
+    def _resources_for(self, node, config_name):
+        annotations = node["metadata"].get("annotations") or {}
+        override = annotations.get(fleet_mod.ADVERTISE_ANNOTATION)
+        if override:
+            return dict((k, int(v)) for k, v in json.loads(override).items())
+        hw = json.loads(annotations.get(fleet_mod.HARDWARE_ANNOTATION) or "null")
+        if not hw:
+            return {}
+        if config_name == om.CONTAINER:
+            return {om.CONTAINER_RESOURCE: hw["count"]}
+        if config_name == om.VM_PASSTHROUGH:
+            return {om.passthrough_resource_name(hw["pci_device_name"]): hw["count"]}
+        profile = (node["metadata"].get("labels") or {}).get(om.VGPU_CONFIG_LABEL) or "%s-12Q" % hw["model"]
+        return {om.vgpu_resource_name(om.vgpu_type_name(profile)): om.vgpu_count(profile, hw["memory_gb"], hw["count"])}
+
+    @staticmethod
+    def _ready_by_node(pods):
+        by_node = {}
+        for pod in pods:
+            operand = om.operand_of_pod(pod["metadata"].get("labels"))
+            if operand and pod_running_ready(pod):
+                by_node.setdefault(pod["spec"].get("nodeName"), set()).add(operand.name)
+        return by_node
+
+    def advertise(self, nodes, pods):
+        """Each (sandbox) device plugin advertises what its node has while it is Ready; the
+        workload config the plugin serves is the one the operator deployed it for."""
+        by_node = self._ready_by_node(pods)
+        report = {}
+        for node in nodes:
+            name = node["metadata"]["name"]
+            labels = node["metadata"].get("labels") or {}
+            running = by_node.get(name, set())
+            if "device-plugin" in running:
+                advertised = self._resources_for(node, om.CONTAINER)
+            elif "sandbox-device-plugin" in running:
+                config_name = om.VM_VGPU if labels.get(om.WORKLOAD_CONFIG_LABEL) == om.VM_VGPU else om.VM_PASSTHROUGH
+                advertised = self._resources_for(node, config_name)
+            else:
+                advertised = {}
+            if om.is_gpu_node(labels) or advertised:
+                report[name] = {"running": sorted(running), "advertised": advertised}
+            status = node.get("status") or {}
+            if om.gpu_resources(status.get("allocatable")) == advertised and \
+                    om.gpu_resources(status.get("capacity")) == advertised:
+                continue
+            patch = {"capacity": {}, "allocatable": {}}
+            for section in ("capacity", "allocatable"):
+                for key in status.get(section) or {}:
+                    if key.startswith("nvidia.com/") and key not in advertised:
+                        patch[section][key] = None
+                for key, count in advertised.items():
+                    patch[section][key] = str(count)
+            self.core.patch_node_status(name, {"status": patch})
+            self.changes += 1
+        return report
+
+    def feature_discovery(self, nodes, pods):
+        """gpu-feature-discovery's labels from the node's (simulated) hardware while its pod is Ready."""
+        by_node = self._ready_by_node(pods)
+        for node in nodes:
+            annotations = node["metadata"].get("annotations") or {}
+            hw = json.loads(annotations.get(fleet_mod.HARDWARE_ANNOTATION) or "null")
+            if not hw or "gpu-feature-discovery" not in by_node.get(node["metadata"]["name"], ()):
+                continue
+            labels = node["metadata"].get("labels") or {}
+            wanted = {"nvidia.com/gpu.product": hw.get("product") or "NVIDIA-%s" % hw["model"],
+                      "nvidia.com/gpu.memory": str(hw["memory_gb"] * 1024), "nvidia.com/gpu.count": str(hw["count"])}
+            patch = dict((k, v) for k, v in wanted.items() if labels.get(k) != v)
+            if patch:
+                self.core.patch_node(node["metadata"]["name"], {"metadata": {"labels": patch}})
+                self.changes += 1
+
+    @staticmethod
+    def _operands_settled(daemonsets, pods, nodes):
+        """Every operand DaemonSet's controller caught up, and no operand pod is still on its
+        way (terminating or not yet given its state). Caught up: it counts at least the nodes
+        its selector matches and whose taints it tolerates, so a deploy label just set keeps
+        the lab unsettled until the controller saw it."""
+        for ds in daemonsets:
+            if om.operand_for_daemonset(ds["metadata"]["name"]) is None:
+                continue
+            status = ds.get("status") or {}
+            if status.get("observedGeneration") != ds["metadata"].get("generation"):
+                return False
+            template = ds["spec"]["template"]["spec"]
+            wanted = sum(1 for n in nodes if selects(template, n))
+            desired = status.get("desiredNumberScheduled", 0)
+            if desired != status.get("currentNumberScheduled", 0) or desired < wanted:
+                return False
+        for pod in pods:
+            if om.operand_of_pod(pod["metadata"].get("labels")) is None:
+                continue
+            if pod["metadata"].get("deletionTimestamp") or not (pod.get("status") or {}).get("containerStatuses"):
+                return False
+        return True
+
+    # ------------------------------------------------------------ CUDA sample
+    def cuda_samples(self, nodes, pods):
+        running_by_node = self._ready_by_node(pods)
+        by_name = dict((n["metadata"]["name"], n) for n in nodes)
+        for pod in pods:
+            containers = pod["spec"].get("containers") or []
+            if not any("cuda-sample" in c.get("image", "") for c in containers):
+                continue
+            if (pod.get("status") or {}).get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
+                continue
+            node = by_name.get(pod["spec"].get("nodeName")) or {"metadata": {}}
+            annotations = node["metadata"].get("annotations") or {}
+            running = running_by_node.get(pod["spec"].get("nodeName"), set())
+            if annotations.get(fleet_mod.CUDA_SAMPLE_ANNOTATION) == "fail":
+                lines = ("[Vector addition of 50000 elements]",
+                         "Failed to allocate device vector A (error code no CUDA-capable device is detected)!")
+            elif "container-toolkit" not in running and "device-plugin" in running:
+                # The silent failure: GPUs advertised, but no runtime hook to expose them.
+                lines = ("[Vector addition of 50000 elements]",
+                         "Failed to allocate device vector A (error code CUDA driver version is insufficient for "
+                         "CUDA runtime version)!")
+            else:
+                lines = CUDA_PASSED_LOG
+            self._finish_pod(pod, lines, 0 if lines is CUDA_PASSED_LOG else 1)
+
+    def _finish_pod(self, pod, lines, exit_code):
+        meta = pod["metadata"]
+        serve_log(self.custom, self.workdir, pod, lines)
+        finished = now_rfc3339()
+        statuses = [{"name": c["name"], "image": c["image"], "ready": False, "restartCount": 0, "started": False,
+                     "state": {"terminated": {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
+                                              "startedAt": finished, "finishedAt": finished}}}
+                    for c in pod["spec"]["containers"]]
+        phase = "Succeeded" if exit_code == 0 else "Failed"
+        self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": {
+            "phase": phase, "containerStatuses": statuses,
+            "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"},
+                           {"type": "ContainersReady", "status": "False", "reason": "PodCompleted"}]}})
+        self.changes += 1
+
+
+def deployed_release(core, name, namespace):
+    """Helm's record of the deployed release ``name`` (its storage Secret, decoded:
+    base64, gzip, JSON), or None."""
+    secrets = core.list_namespaced_secret(namespace, label_selector="owner=helm,name=%s,status=deployed" % name).items
+    if not secrets:
+        return None
+    newest = max(secrets, key=lambda s: int((s.metadata.labels or {}).get("version") or 0))
+    raw = base64.b64decode(base64.b64decode((newest.data or {}).get("release") or ""))
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    return json.loads(raw)
+
+
+def serve_log(custom, workdir, pod, lines):
+    """Writes ``lines`` as the pod's container log (CRI format) and serves it through
+    kwok's Logs resource, so the real pod log endpoint returns it."""
+    meta = pod["metadata"]
+    directory = os.path.join(workdir, "podlogs")
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, "%s_%s_%s.log" % (meta["namespace"], meta["name"], meta["uid"]))
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    with open(path, "w") as handle:
+        for line in lines:
+            handle.write("%s stdout F %s\n" % (stamp, line))
+    containers = [c["name"] for c in pod["spec"]["containers"]]
+    logs = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"],
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
+                                              "uid": meta["uid"]}]},
+            "spec": {"logs": [{"containers": containers, "logsFile": path}]}}
+    try:
+        custom.create_namespaced_custom_object("kwok.x-k8s.io", "v1alpha1", meta["namespace"], "logs", logs)
+    except client.ApiException as exc:
+        if exc.status != 409:
+            raise
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="LAB-ONLY node agent: kubelet, device plugins, GFD, CUDA sample")
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--simulate-operator", metavar="REFERENCE",
+                        help="offline: also simulate helm-controller and the GPU Operator from this reference folder")
+    args = parser.parse_args(argv)
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=args.kubeconfig, client_configuration=configuration)
+    api_client = client.ApiClient(configuration)
+    simulator = None
+    if args.simulate_operator:
+        from tests.lab.gpu_operator_sim import OperatorSimulator
+        simulator = OperatorSimulator(api_client, args.simulate_operator)
+    NodeAgent(api_client, args.workdir, simulator).run()
+
+
+if __name__ == "__main__":
+    main()

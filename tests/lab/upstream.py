@@ -1,0 +1,198 @@
+"""Where the lab's real judges come from: the GPU Operator's source at its release tag
+(the operator binary, its chart, its CRDs and its operand manifests), and Argo CD's CRDs.
+
+This module is the ONE place in the checkout that may look beside it at ``../shared``
+(a developer's and CI's copy of the upstream sources); users clone the repository alone,
+so every lookup has a fallback and a sentence saying what the lab falls back to.
+
+The operator source is resolved in this order:
+
+1. ``GPU_OPERATOR_SRC``: a source tree, or a ``git archive`` tarball of the tag;
+2. ``../shared/upstream/gpu-operator-v26.3.2.tar.gz`` beside the checkout;
+3. a shallow clone of the tag from the operator's public source repository into the lab
+   cache (for users with internet; an offline machine fails this in well under a second).
+
+A tarball is unpacked once into the lab cache under a key made of the tag and its sha256,
+so a different tarball of the "same" tag never reuses another's build.
+"""
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHARED_UPSTREAM = os.path.join(os.path.dirname(ROOT), "shared", "upstream")
+
+OPERATOR_TAG = "v26.3.2"
+OPERATOR_TARBALL = "gpu-operator-%s.tar.gz" % OPERATOR_TAG
+OPERATOR_GIT = "https://github.com/NVIDIA/gpu-operator.git"
+# What a tree must hold to be the operator's source at the tag (vendor/ builds it offline).
+OPERATOR_TREE_MARKERS = ("go.mod", "vendor/modules.txt", "cmd/gpu-operator", "assets",
+                         "deployments/gpu-operator/Chart.yaml", "deployments/gpu-operator/crds")
+ARGOCD_CRDS_DIR = "argo-cd-v3.5.1-crds"
+ARGOCD_CRD_FILES = ("application-crd.yaml", "appproject-crd.yaml")
+
+# Set by CI (.ci/run): a lab without the upstream source is an error, not a fallback.
+REQUIRE_ENV = "LAB_REQUIRE_UPSTREAM"
+
+
+def cache_root():
+    return os.environ.get("GPUPLATFORM_LAB_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "gpuplatform-rke2-lab")
+
+
+def upstream_required():
+    return os.environ.get(REQUIRE_ENV, "") not in ("", "0", "false", "no")
+
+
+def log(message):
+    print("[lab-upstream %s] %s" % (time.strftime("%H:%M:%S"), message), file=sys.stderr, flush=True)
+
+
+class UpstreamMissing(RuntimeError):
+    """No source could be had; ``tried`` says what was looked at, one line each."""
+
+    def __init__(self, what, tried):
+        self.what = what
+        self.tried = list(tried)
+        super(UpstreamMissing, self).__init__("%s not found; tried: %s" % (what, "; ".join(self.tried)))
+
+
+class OperatorSource(object):
+    """A resolved operator source tree. ``origin`` says where it came from (for the lab's
+    one-line report), ``pin`` is part of every cache key built from it."""
+
+    def __init__(self, tree, origin, pin):
+        self.tree = tree
+        self.origin = origin
+        self.pin = pin
+
+    @property
+    def chart_dir(self):
+        return os.path.join(self.tree, "deployments", "gpu-operator")
+
+    @property
+    def crd_files(self):
+        crds = os.path.join(self.chart_dir, "crds")
+        return sorted(os.path.join(crds, name) for name in os.listdir(crds) if name.endswith(".yaml"))
+
+    @property
+    def key(self):
+        """The cache key of what is built from this source: the pin and the Go toolchain."""
+        go_version = subprocess.run(["go", "env", "GOVERSION"], stdout=subprocess.PIPE, universal_newlines=True,
+                                    check=True).stdout.strip()
+        return hashlib.sha256(("%s %s" % (self.pin, go_version)).encode()).hexdigest()[:16]
+
+    def __repr__(self):
+        return "OperatorSource(%s, %s)" % (self.origin, self.tree)
+
+
+def _is_operator_tree(path):
+    return all(os.path.exists(os.path.join(path, marker)) for marker in OPERATOR_TREE_MARKERS)
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _unpack(tarball, origin):
+    """Unpacks a ``git archive`` tarball of the tag into the cache (once per sha256)."""
+    sha = _sha256(tarball)
+    target = os.path.join(cache_root(), "src", "gpu-operator-%s-%s" % (OPERATOR_TAG, sha[:12]))
+    tree = os.path.join(target, "gpu-operator-%s" % OPERATOR_TAG)
+    if not _is_operator_tree(tree):
+        log("unpacking %s (sha256 %s...) into %s" % (tarball, sha[:12], target))
+        shutil.rmtree(target, ignore_errors=True)
+        partial = target + ".partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        os.makedirs(partial)
+        with tarfile.open(tarball) as archive:
+            archive.extractall(partial, filter="data")
+        tops = os.listdir(partial)
+        if len(tops) != 1 or not _is_operator_tree(os.path.join(partial, tops[0])):
+            shutil.rmtree(partial, ignore_errors=True)
+            raise UpstreamMissing("GPU Operator %s source" % OPERATOR_TAG, [
+                "%s: not a source archive of the tag (expected one top folder with %s)" % (
+                    tarball, ", ".join(OPERATOR_TREE_MARKERS))])
+        if tops[0] != os.path.basename(tree):
+            os.rename(os.path.join(partial, tops[0]), os.path.join(partial, os.path.basename(tree)))
+        os.rename(partial, target)
+    return OperatorSource(tree, "%s (sha256 %s)" % (origin, sha), "%s sha256:%s" % (OPERATOR_TAG, sha))
+
+
+def _clone():
+    target = os.path.join(cache_root(), "src", "gpu-operator-%s-git" % OPERATOR_TAG)
+    if _is_operator_tree(target):
+        return target
+    partial = target + ".partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    env = dict(os.environ, GIT_TERMINAL_PROMPT="0")
+    try:
+        proc = subprocess.run(["git", "clone", "--quiet", "--depth", "1", "--branch", OPERATOR_TAG, OPERATOR_GIT,
+                               partial], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                              env=env, timeout=600, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise RuntimeError(str(exc))
+    if proc.returncode != 0 or not _is_operator_tree(partial):
+        shutil.rmtree(partial, ignore_errors=True)
+        raise RuntimeError((proc.stdout or "").strip().splitlines()[-1:] or "clone incomplete")
+    os.rename(partial, target)
+    return target
+
+
+def resolve_operator_source():
+    """The GPU Operator source at the pinned tag, or UpstreamMissing saying what was tried."""
+    tried = []
+    given = os.environ.get("GPU_OPERATOR_SRC")
+    if given:
+        if os.path.isdir(given):
+            if _is_operator_tree(given):
+                return OperatorSource(os.path.abspath(given), "GPU_OPERATOR_SRC tree %s" % given,
+                                      "%s tree:%s" % (OPERATOR_TAG, os.path.abspath(given)))
+            tried.append("GPU_OPERATOR_SRC=%s: not an operator source tree (needs %s)" % (
+                given, ", ".join(OPERATOR_TREE_MARKERS)))
+        elif os.path.isfile(given):
+            return _unpack(given, "GPU_OPERATOR_SRC tarball %s" % given)
+        else:
+            tried.append("GPU_OPERATOR_SRC=%s: no such file or folder" % given)
+    else:
+        tried.append("GPU_OPERATOR_SRC: not set")
+    shared = os.path.join(SHARED_UPSTREAM, OPERATOR_TARBALL)
+    if os.path.isfile(shared):
+        return _unpack(shared, os.path.relpath(shared, ROOT))
+    tried.append("%s: not present" % os.path.relpath(shared, ROOT))
+    try:
+        tree = _clone()
+        head = subprocess.run(["git", "-C", tree, "rev-parse", "HEAD"], stdout=subprocess.PIPE,
+                              universal_newlines=True, check=False).stdout.strip()
+        return OperatorSource(tree, "shallow clone of %s at %s (%s)" % (OPERATOR_GIT, OPERATOR_TAG, head[:12]),
+                              "%s git:%s" % (OPERATOR_TAG, head))
+    except RuntimeError as exc:
+        tried.append("git clone --depth 1 --branch %s %s: %s" % (OPERATOR_TAG, OPERATOR_GIT, exc))
+    raise UpstreamMissing("GPU Operator %s source" % OPERATOR_TAG, tried)
+
+
+def resolve_argocd_crds():
+    """Paths of Argo CD's Application and AppProject CRDs (``ARGOCD_CRDS``: a folder
+    holding them; else ``../shared/upstream``), or UpstreamMissing."""
+    tried = []
+    for label, folder in (("ARGOCD_CRDS", os.environ.get("ARGOCD_CRDS")),
+                          (os.path.join("..", "shared", "upstream", ARGOCD_CRDS_DIR),
+                           os.path.join(SHARED_UPSTREAM, ARGOCD_CRDS_DIR))):
+        if not folder:
+            tried.append("%s: not set" % label)
+            continue
+        paths = [os.path.join(folder, name) for name in ARGOCD_CRD_FILES]
+        if all(os.path.isfile(p) for p in paths):
+            return paths
+        tried.append("%s: no %s" % (label, " and ".join(ARGOCD_CRD_FILES)))
+    raise UpstreamMissing("Argo CD CRDs", tried)

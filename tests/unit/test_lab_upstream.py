@@ -1,0 +1,116 @@
+"""The lab's upstream lookup (tests/lab/upstream.py) and the node agent's reading of the
+operator's init containers (tests/lab/node_agent.py): pure parts, on made-up trees."""
+import io
+import os
+import tarfile
+
+import pytest
+
+from tests.lab import node_agent, upstream
+from tests.lab.lab import operand_pod_exclusions
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
+
+
+def _tree(root):
+    for marker in upstream.OPERATOR_TREE_MARKERS:
+        path = os.path.join(root, marker)
+        if "." in os.path.basename(marker):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            open(path, "w").close()
+        else:
+            os.makedirs(path, exist_ok=True)
+    return root
+
+
+def _tarball(path, top):
+    with tarfile.open(path, "w:gz") as archive:
+        for marker in upstream.OPERATOR_TREE_MARKERS:
+            name = "%s/%s" % (top, marker)
+            if "." in os.path.basename(marker):
+                info = tarfile.TarInfo(name)
+                archive.addfile(info, io.BytesIO(b""))
+            else:
+                info = tarfile.TarInfo(name + "/keep")
+                archive.addfile(info, io.BytesIO(b""))
+    return path
+
+
+@pytest.fixture
+def isolated(tmp_path, monkeypatch):
+    """No ../shared, no clone, the cache under tmp_path."""
+    monkeypatch.setattr(upstream, "SHARED_UPSTREAM", str(tmp_path / "no-shared"))
+    monkeypatch.setattr(upstream, "OPERATOR_GIT", str(tmp_path / "no-such-repo"))
+    monkeypatch.setenv("GPUPLATFORM_LAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("GPU_OPERATOR_SRC", raising=False)
+    return tmp_path
+
+
+def test_a_source_tree_given_in_the_environment_is_used_as_it_is(isolated, monkeypatch):
+    tree = _tree(str(isolated / "src"))
+    monkeypatch.setenv("GPU_OPERATOR_SRC", tree)
+    source = upstream.resolve_operator_source()
+    assert source.tree == tree and source.origin.startswith("GPU_OPERATOR_SRC tree")
+
+
+def test_a_tarball_is_unpacked_once_and_keyed_by_its_sha256(isolated, monkeypatch):
+    tarball = _tarball(str(isolated / "op.tar.gz"), "gpu-operator-v26.3.2")
+    monkeypatch.setenv("GPU_OPERATOR_SRC", tarball)
+    first = upstream.resolve_operator_source()
+    assert os.path.isdir(os.path.join(first.tree, "vendor"))
+    assert "sha256:" in first.pin and first.pin.split("sha256:")[1] in first.origin
+    again = upstream.resolve_operator_source()
+    assert again.tree == first.tree
+
+
+def test_the_shared_tarball_is_the_second_choice(isolated, monkeypatch):
+    shared = isolated / "shared-upstream"
+    shared.mkdir()
+    _tarball(str(shared / upstream.OPERATOR_TARBALL), "gpu-operator-v26.3.2")
+    monkeypatch.setattr(upstream, "SHARED_UPSTREAM", str(shared))
+    assert "gpu-operator-v26.3.2.tar.gz" in upstream.resolve_operator_source().origin
+
+
+def test_nothing_found_says_everything_it_tried(isolated, monkeypatch):
+    monkeypatch.setenv("GPU_OPERATOR_SRC", str(isolated / "missing"))
+    with pytest.raises(upstream.UpstreamMissing) as exc:
+        upstream.resolve_operator_source()
+    tried = exc.value.tried
+    assert tried[0] == "GPU_OPERATOR_SRC=%s: no such file or folder" % (isolated / "missing")
+    assert tried[1].endswith("gpu-operator-v26.3.2.tar.gz: not present")
+    assert tried[2].startswith("git clone --depth 1 --branch v26.3.2 ")
+
+
+def test_a_tarball_of_something_else_is_refused(isolated, monkeypatch):
+    tarball = str(isolated / "other.tar.gz")
+    with tarfile.open(tarball, "w:gz") as archive:
+        archive.addfile(tarfile.TarInfo("other/README"), io.BytesIO(b""))
+    monkeypatch.setenv("GPU_OPERATOR_SRC", tarball)
+    with pytest.raises(upstream.UpstreamMissing, match="not a source archive of the tag"):
+        upstream.resolve_operator_source()
+
+
+@pytest.mark.parametrize("value, required", [("", False), ("0", False), ("1", True), ("yes", True)])
+def test_ci_requires_upstream(monkeypatch, value, required):
+    monkeypatch.setenv(upstream.REQUIRE_ENV, value)
+    assert upstream.upstream_required() is required
+
+
+@pytest.mark.parametrize("container, gate", [
+    ({"command": ["sh", "-c"], "args": ["until [ -f /run/nvidia/validations/toolkit-ready ]; do sleep 5; done"]},
+     ("file", "toolkit-ready")),
+    ({"command": ["sh", "-c"], "args": ["nvidia-validator"], "env": [{"name": "COMPONENT", "value": "driver"}]},
+     ("validate", "driver")),
+    ({"command": ["config-manager"], "env": [{"name": "ONESHOT", "value": "true"}]}, None),
+    ({"command": ["driver-manager"], "args": ["uninstall_driver"]}, None),
+])
+def test_init_gates_are_read_from_the_operator_manifests_words(container, gate):
+    assert node_agent.init_gate(container) == gate
+
+
+def test_kwok_leaves_every_operand_pod_to_the_node_agent():
+    terms = operand_pod_exclusions()
+    excluded = dict((t["key"], set(t["values"])) for t in terms)
+    for operand in om.OPERANDS:
+        key, value = operand.pod_selector
+        assert value in excluded['.metadata.labels["%s"]' % key]
+    assert all(t["operator"] == "NotIn" for t in terms)
