@@ -14,8 +14,8 @@ from kubernetes import client
 from tests.integration.gpu_operator import (HELMCHART, assert_applied, helmchart, manifest_values, role_runner,
                                             running_operands, wait_mirror_enforced, without_operator)
 from tests.integration.modules import run_module
-from tests.lab.gpu_operator_sim import MIRROR_ANNOTATION
-from tests.lab.lab import REFERENCE
+from tests.lab.gpu_operator_sim import CHART_VALUES
+from tests.lab.node_agent import MIRROR_ANNOTATION
 
 NS = "gpu-operator"
 MIRROR = "registry.lab.invalid"
@@ -39,7 +39,7 @@ def role(airgap_lab, tmp_path):
 
 
 def _chart_default_image(block):
-    with open(os.path.join(REFERENCE, "gpu-operator-v26.3.2", "values.yaml")) as handle:
+    with open(CHART_VALUES) as handle:
         values = yaml.safe_load(handle)[block]
     return "%s/%s:%s" % (values["repository"], values["image"], values["version"])
 
@@ -118,6 +118,10 @@ def test_an_image_the_plan_missed_is_a_device_plugin_layer_failure_on_each_node_
     # The one image left out of the mirror: the device plugin at the chart's default.
     values["devicePlugin"]["repository"] = "nvcr.io/nvidia"
     missed = _chart_default_image("devicePlugin")
+    # A first install: on an upgrade the DaemonSet controller replaces one node's pod at a
+    # time (RollingUpdate, maxUnavailable 1) and stops at the first that never turns Ready,
+    # so only one node would show the missed image while the others keep the old pods.
+    without_operator(airgap_lab)
     airgap_lab.install_operator(values, annotations={MIRROR_ANNOTATION: MIRROR})
     wait_mirror_enforced(airgap_lab, MIRROR)
     # Only the device plugin's pods (both their containers run that image) wait on the pull.

@@ -390,11 +390,11 @@ def release_steps(args, env, release, chart, flags, values, server_side_apply):
     return steps + [term("Installing helm chart"), install(current), exit_with()]
 
 
-def termination_message(term_lines, error_line):
-    """The termination message the lab reports: the script's termination-log lines, and
-    the failing helm command's error line (e.g. ``Error: INSTALLATION FAILED: ...``), the
-    last 4096 bytes."""
-    text = "".join(line + "\n" for line in list(term_lines) + ([error_line] if error_line else []))
+def termination_message(term_lines):
+    """The termination message a kubelet reports: what the entry script wrote to
+    /dev/termination-log (its own lines, never helm's error: that is in the container's
+    log), the last 4096 bytes."""
+    text = "".join(line + "\n" for line in term_lines)
     return text.encode()[-TERMINATION_MESSAGE_MAX:].decode(errors="ignore")
 
 
@@ -679,7 +679,7 @@ class PodWorker(object):
             exit_code, entry.error_line = 1, str(exc)
         error_line = entry.error_line if exit_code else None
         say("%s: %s -> rc %d%s" % (self.ref, entry.decisive or "entry", exit_code, ": " + error_line if error_line else ""))
-        return exit_code, termination_message(entry.term_lines, error_line), started_at
+        return exit_code, termination_message(entry.term_lines), started_at
 
 
 class Entry(object):
@@ -970,6 +970,7 @@ class Runner(object):
             self.handle("ADDED", pod)
 
     def run(self):
+        last_error = None
         while True:
             try:
                 listing = self.core.list_pod_for_all_namespaces(label_selector=CHART_LABEL)
@@ -980,8 +981,12 @@ class Runner(object):
                     if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
                         self.handle(event["type"], event["raw_object"])
             except Exception as exc:  # the API server restarts under us in fault tests; relist
-                print("watch pods: %r" % exc, file=sys.stderr, flush=True)
+                if repr(exc) != last_error:  # once per outage, not once a second
+                    print("watch pods: %r" % exc, file=sys.stderr, flush=True)
+                    last_error = repr(exc)
                 time.sleep(1)
+            else:
+                last_error = None
 
 
 def main(argv=None):

@@ -434,12 +434,15 @@ class Lab(object):
             stages = yaml.safe_load(handle)["stages"]
         # The node agent runs operand pods (their init gates decide when they start), and in
         # the real mode the job runner runs helm-controller's pods: kwok leaves both alone.
-        leave_alone = operand_pod_exclusions()
-        if self.mode == "real":
-            leave_alone.append({"key": '.metadata.labels["%s"]' % HELMCHART_LABEL, "operator": "DoesNotExist"})
+        # The job runner also ends its pods' deletion itself (grace period, then gone).
+        helm_pods = [{"key": '.metadata.labels["%s"]' % HELMCHART_LABEL, "operator": "DoesNotExist"}]
         for stage in stages:
+            matches = stage["spec"]["selector"]["matchExpressions"]
             if stage["metadata"]["name"] in ("pod-ready", "pod-complete", "pod-fail-lab"):
-                stage["spec"]["selector"]["matchExpressions"].extend(leave_alone)
+                matches.extend(operand_pod_exclusions())
+            if self.mode == "real" and stage["metadata"]["name"] in ("pod-ready", "pod-complete", "pod-fail-lab",
+                                                                      "pod-delete"):
+                matches.extend(helm_pods)
         with open(path, "w") as handle:
             # kwokctl fills these defaults itself; the kwok binary alone does not.
             handle.write("apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:\n"
