@@ -244,8 +244,11 @@ def plan_images(effective, chart_version, nodes=(), os_tags=(), kernels=(), nfd_
 
     Only what the values enable on the workload configs the inventory has: container
     operands when a node is (effectively) container, the sandbox operands of the vm-*
-    configs present. Capability-gated operands (MIG manager, CC manager) are listed when
-    enabled: which cards are MIG- or CC-capable is not known before the nodes run."""
+    configs present in the values' sandbox mode (kata: the Kata device plugin on
+    vm-passthrough, no device plugin on vm-vgpu, cc-manager on both; kubevirt: KubeVirt's
+    device plugin, no cc-manager). Operands placed by node capability (MIG manager, MPS
+    control daemon) are listed when enabled: which cards are MIG-capable, and where MPS
+    is configured, is not known before the nodes run."""
     images, problems = [], []
     index = {}
 
@@ -302,19 +305,16 @@ def plan_images(effective, chart_version, nodes=(), os_tags=(), kernels=(), nfd_
                "mode": sandbox.get("mode")}
     node_configs = node_workload_configs(nodes or (), sandbox)
     configs = workload_configs_present(node_configs, sandbox)
-    policy = om.policy_from_spec(effective)
-    kata = sandbox.get("mode") == "kata"
+    # The chart values path of the model: its sandbox mode decides which device plugin the
+    # VM nodes get (kata: the Kata one on vm-passthrough, none on vm-vgpu) and whether
+    # cc-manager runs (kata only), as the operator's isStateEnabled does.
+    policy = om.policy_from_values(effective)
+    mode = policy["sandbox_mode"]
     for operand in om.OPERANDS:
-        present = set(operand.workload_configs) & configs
+        present = set(o for o in configs if operand in om.operands_for_workload(o, mode))
         if not present or not policy["operands_enabled"].get(operand.name):
             continue
         key = operand.values_key
-        if operand.name == "sandbox-device-plugin" and kata:
-            # In kata mode vm-passthrough nodes get the Kata device plugin instead.
-            if om.VM_PASSTHROUGH in present and lookup(effective, "kataSandboxDevicePlugin.enabled", True):
-                add_block("kata-sandbox-device-plugin", "kataSandboxDevicePlugin")
-            if om.VM_VGPU not in present:
-                continue
         if key in PER_OS_BLOCKS:
             tags, pairs = _os_targets(nodes, node_configs, present, os_tags, kernels)
             precompiled = key == "driver" and lookup(effective, "driver.usePrecompiled")

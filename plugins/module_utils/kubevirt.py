@@ -5,8 +5,12 @@
 may ask for the resources the GPU Operator's sandbox device plugin advertises.
 
 The model-specific resource names are computed here, once, from what the inventory
-declares (the site's ``gpu_models`` and the hosts' vGPU profiles) with the naming rules
-of ``operand_model``; nothing else spells them. Entries this collection adds to the
+declares (the site's ``gpu_models`` and the hosts' vGPU configs) with the naming rules
+of ``operand_model``; nothing else spells them. A host's ``gpu_vgpu_config`` is what it
+puts into ``nvidia.com/vgpu.config``: a config NAME of the vGPU device manager's ConfigMap.
+A plain profile (``A10-12Q``) names its own vGPU type, as the default ConfigMap does;
+any other name needs that ConfigMap's configs (``vgpu_configs``, the parsed
+``vgpu-configs`` map) to know which vGPU types it creates. Entries this collection adds to the
 KubeVirt CR are recorded in the annotation ``OWNED_DEVICES_ANNOTATION`` (a JSON list of
 resource names) so that a later run removes what the inventory no longer declares and
 never touches entries someone else added.
@@ -39,9 +43,11 @@ EXAMPLE_PREFIX = "gpu-example-"
 
 # ---------------------------------------------------------------- inventory checks
 
-def validate(gpu_models, nodes):
-    """Errors in the site's ``gpu_models`` and in the vGPU profiles of the vm-vgpu nodes,
-    each naming the model or host and the key."""
+def validate(gpu_models, nodes, vgpu_configs=None, configmap=om.VGPU_DEVICES_CONFIGMAP):
+    """Errors in the site's ``gpu_models`` and in the vGPU configs of the vm-vgpu nodes,
+    each naming the model or host and the key. ``vgpu_configs``: the vGPU device
+    manager's configs (operand_model.vgpu_device_configs of ConfigMap ``configmap``), or
+    None when not known."""
     errors = []
     if not isinstance(gpu_models, dict):
         return ["gpu_models must be a mapping of model name to {pci_vendor_selector, pci_device_name, memory_gb}, "
@@ -80,6 +86,11 @@ def validate(gpu_models, nodes):
         if node.get("workload_config") != om.VM_VGPU or not profile:
             continue
         where = "host %s: gpu_vgpu_config %r" % (_host(node), profile)
+        if vgpu_configs is not None or not om.is_vgpu_profile(profile):
+            config_errors = _config_errors(where, profile, gpu_models, model, vgpu_configs, configmap)
+            errors.extend(config_errors)
+            if config_errors or not om.is_vgpu_profile(profile):
+                continue
         profile_of = profile_model(profile)
         if model and profile_of != model:
             errors.append("%s is a profile of %s, but the host's gpu_model is %s" % (where, profile_of, model))
@@ -97,22 +108,57 @@ def validate(gpu_models, nodes):
     return errors
 
 
+def _config_errors(where, name, gpu_models, model, vgpu_configs, configmap):
+    """Errors for a vGPU config resolved through the device manager's ConfigMap."""
+    if vgpu_configs is None:
+        return ["%s is not a vGPU profile (like A10-12Q) but a config name of the vGPU device manager's ConfigMap "
+                "%s, which is not known here: its vGPU types, and so what KubeVirt must permit, cannot be told"
+                % (where, configmap)]
+    spec = (gpu_models or {}).get(model) or {}
+    try:
+        resolved = om.resolve_vgpu_config(name, vgpu_configs, spec.get("pci_vendor_selector"), configmap=configmap)
+    except ValueError as exc:
+        return ["%s: %s" % (where, exc)]
+    if not resolved["devices"]:
+        return ["%s: config %r of ConfigMap %s creates no vGPU device%s" % (
+            where, name, configmap, " on the %s (%s)" % (model, spec.get("pci_vendor_selector")) if model else "")]
+    return []
+
+
 def _host(node):
     return node.get("host") or node.get("name")
 
 
 def profile_model(profile):
-    """``A10-12Q`` -> ``A10``."""
-    return profile.rsplit("-", 1)[0]
+    """``A10-12Q`` -> ``A10``, ``A100-1-5C`` -> ``A100`` (the board a vGPU profile is of)."""
+    return om.vgpu_profile_board(profile) or profile.rsplit("-", 1)[0]
+
+
+def vgpu_types(node, gpu_models, vgpu_configs=None, configmap=om.VGPU_DEVICES_CONFIGMAP):
+    """The vGPU types (profiles) a vm-vgpu node's config creates: from the ConfigMap's
+    configs when known (for the node's model's PCI id), else the profile itself."""
+    name = node.get("vgpu_config")
+    if not name:
+        return []
+    if vgpu_configs is None:
+        return [name] if om.is_vgpu_profile(name) else []
+    spec = (gpu_models or {}).get(node.get("gpu_model")) or {}
+    try:
+        devices = om.resolve_vgpu_config(name, vgpu_configs, spec.get("pci_vendor_selector"),
+                                         configmap=configmap)["devices"] or {}
+    except ValueError:
+        return []  # validate() reports the unknown config
+    return sorted(devices)
 
 
 # ---------------------------------------------------------------- what KubeVirt must permit
 
-def permitted_host_devices(gpu_models, nodes):
+def permitted_host_devices(gpu_models, nodes, vgpu_configs=None, configmap=om.VGPU_DEVICES_CONFIGMAP):
     """The ``permittedHostDevices`` entries the inventory calls for: for PCI passthrough the
     ``gpu_model`` of each vm-passthrough node (every declared model when one of them does not
-    say), and every vGPU profile of a vm-vgpu node as a mediated device. Sorted, so that a
-    rerun renders the same."""
+    say), and every vGPU type a vm-vgpu node's config creates (vgpu_types) as a mediated
+    device. Sorted, so that a rerun renders the same. Resource names are the sandbox device
+    plugin's (operand_model.passthrough_resource_name: getDeviceName)."""
     passthrough = [n for n in nodes if n.get("workload_config") == om.VM_PASSTHROUGH]
     if any(not n.get("gpu_model") for n in passthrough):
         models = sorted(gpu_models)
@@ -128,8 +174,8 @@ def permitted_host_devices(gpu_models, nodes):
             if entry not in pci:
                 pci.append(entry)
     mediated = []
-    profiles = sorted(set(n["vgpu_config"] for n in nodes
-                          if n.get("workload_config") == om.VM_VGPU and n.get("vgpu_config")))
+    profiles = sorted(set(t for n in nodes if n.get("workload_config") == om.VM_VGPU
+                          for t in vgpu_types(n, gpu_models, vgpu_configs, configmap)))
     for profile in profiles:
         type_name = om.vgpu_type_name(profile)
         mediated.append({"mdevNameSelector": type_name, "resourceName": om.vgpu_resource_name(type_name),

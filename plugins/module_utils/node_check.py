@@ -20,6 +20,7 @@ import copy
 import gc
 import json
 
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_gates as gates
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
 
 try:
@@ -41,8 +42,17 @@ MIXED_WORKLOAD = "mixed-workload"
 LABEL_IGNORED = "label-ignored"
 UNKNOWN_WORKLOAD_CONFIG = "unknown-workload-config"
 UNTOLERATED_TAINT = "untolerated-taint"
-CODES = (UNKNOWN_WORKLOAD_CONFIG, LABEL_IGNORED, UNTOLERATED_TAINT, MISSING_OPERAND, ORDER_VIOLATION,
-         UNEXPECTED_OPERAND, RESOURCE_MISMATCH, MIXED_WORKLOAD)
+OPERAND_PAUSED = "operand-paused"
+VGPU_CONFIG = "vgpu-config"
+CODES = (UNKNOWN_WORKLOAD_CONFIG, LABEL_IGNORED, UNTOLERATED_TAINT, OPERAND_PAUSED, MISSING_OPERAND, ORDER_VIOLATION,
+         UNEXPECTED_OPERAND, VGPU_CONFIG, RESOURCE_MISMATCH, MIXED_WORKLOAD)
+
+# Operand states beyond the model's: "paused" (a deploy label at one of gates.PAUSE_VALUES)
+# counts as expected: the operand belongs there and comes back by itself.
+PAUSED = "paused"
+_BELONGS = ("expected", PAUSED)
+# Written by the vGPU device manager: pending, success or failed.
+VGPU_CONFIG_STATE_LABEL = om.VGPU_CONFIG_STATE_LABEL
 
 _SNAPSHOT_KEYS = {"Node": "nodes", "Pod": "pods", "DaemonSet": "daemonsets", "ClusterPolicy": "clusterpolicies"}
 
@@ -258,11 +268,50 @@ def index_operand_pods(pods, namespace):
     return index
 
 
-def _describe(pods):
+def _init_step(pod):
+    """(name, state) of the init container a pod is in, or None once they all ended."""
+    for cs in (pod.get("status") or {}).get("initContainerStatuses") or ():
+        state = cs.get("state") or {}
+        terminated = state.get("terminated")
+        if terminated and terminated.get("exitCode") == 0:
+            continue
+        return cs.get("name"), state
+    return None
+
+
+def _init_detail(operand_name, step, others):
+    """Why an operand's pod sits in init container ``step``: a gate it waits for (naming
+    the status file and the validator that writes it, and how that one stands when it is
+    not running), or a validator's own step (naming the operand it waits on, lower down)."""
+    name, state = step
+    for gate in gates.GATES.get(operand_name, ()):
+        if gate.init_container == name and "running" in state:
+            detail = "%s waits for %s/%s, which %s writes" % (
+                name, gates.VALIDATIONS_DIR, gate.status_file, gate.writer)
+            if gate.writer in others:
+                detail += " (%s: %s)" % (gate.writer, others[gate.writer])
+            return detail
+    for init_container, waits_on, what in gates.VALIDATOR_STEPS.get(operand_name, ()):
+        if init_container == name:
+            detail = "%s %s" % (name, what)
+            if "running" in state and waits_on in others:
+                detail += " (%s: %s)" % (waits_on, others[waits_on])
+            return detail
+    return name
+
+
+def _describe(operand_name, pods, others=None):
     """One reason for an operand whose pods on a node are not Running and Ready; a
-    terminating pod speaks only when no other pod is there."""
+    terminating pod speaks only when no other pod is there. A pod in its init containers
+    names the one it is in, and what that one waits for: a validator's status file
+    (``others``: the reasons of the node's other operands that are not running)."""
     live = [p for p in pods if not is_terminating(p)]
-    return pod_status_reason((live or pods)[0])
+    pod = (live or pods)[0]
+    reason = pod_status_reason(pod)
+    step = _init_step(pod) if reason.startswith("Init:") else None
+    if step and step[0]:
+        reason = "%s: %s" % (reason, _init_detail(operand_name, step, others or {}))
+    return reason
 
 
 # ---------------------------------------------------------------- evaluation
@@ -289,14 +338,27 @@ def _taint_text(taint):
 def _nearest_expected(name, states):
     """The dependencies ``name`` waits for on this node: its direct ones, and through any
     dependency the node does not expect (host-provided, switched off, n/a) the ones
-    behind it."""
+    behind it. A paused dependency is not waited for: it is away for a while, by design."""
     result = []
     for dep in om.operand(name).depends_on:
         if states.get(dep) == "expected":
             result.append(dep)
-        else:
+        elif states.get(dep) != PAUSED:
             result.extend(d for d in _nearest_expected(dep, states) if d not in result)
     return result
+
+
+def _operand_states(labels, policy_, config):
+    """{operand: state} on one GPU node: the model's states, and ``paused`` where the
+    model reads a pause value as switched off (or as host-provided, for the toolkit)."""
+    states = {}
+    for o in om.OPERANDS:
+        state = om.operand_state_on_node(o, labels, policy_, config)
+        if (state in ("off", "host") and policy_["operands_enabled"].get(o.name)
+                and labels.get(om.deploy_label(o.name)) in gates.PAUSE_VALUES):
+            state = PAUSED
+        states[o.name] = state
+    return states
 
 
 def _why_not_expected(operand_, state, config, labels):
@@ -310,6 +372,26 @@ def _why_not_expected(operand_, state, config, labels):
     if state == "disabled" or labels.get(label) in (None, om.DEPLOY_TRUE):
         return "%s.enabled is false in the policy" % operand_.values_key
     return "%s=%s switches it off here" % (label, labels[label])
+
+
+def _absent_label_reason(name, labels):
+    """Why an expected operand whose deploy label is absent gets no pod, and the fix."""
+    label = om.deploy_label(name)
+    if labels.get(om.GPU_PRESENT_LABEL) != "true":
+        return ("%s is absent: the operator has not labelled this GPU node yet (no %s=true); it does on its next "
+                "reconcile, so check that the gpu-operator pod runs" % (label, om.GPU_PRESENT_LABEL))
+    if name == "mig-manager":
+        # The one deploy label whose absence makes the operator reconcile the node.
+        return "%s is absent: the operator sets it again on its next reconcile of this MIG-capable node" % label
+    return ("%s is absent, so its DaemonSet places no pod here, and the operator does not put a removed deploy "
+            "label back (it reconciles a node only when its GPU, MIG, operands or workload-config labels "
+            "change; the next full resync can be hours away). Set %s=%s" % (label, label, om.DEPLOY_TRUE))
+
+
+def _paused_reason(name, labels):
+    value = labels[om.deploy_label(name)]
+    return "paused: %s=%s (%s; it sets the label back to %s when done)" % (
+        om.deploy_label(name), value, gates.PAUSE_VALUES[value], om.DEPLOY_TRUE)
 
 
 def _workload(labels, policy_):
@@ -336,7 +418,7 @@ def _workload(labels, policy_):
     return config, findings
 
 
-def _resource_findings(config, advertised, capacity, states, running, labels, blocked=()):
+def _resource_findings(config, advertised, capacity, states, running, labels, excused=()):
     """(findings, allocatable layer failures) for what a GPU node advertises."""
     findings, failures = [], []
     by_config = {}
@@ -356,14 +438,16 @@ def _resource_findings(config, advertised, capacity, states, running, labels, bl
     wanted = "a %s resource" % config
     if config == om.CONTAINER:
         wanted = om.CONTAINER_RESOURCE
-    elif config == om.VM_VGPU and profile:
+    elif config == om.VM_VGPU and profile and om.is_vgpu_profile(profile):
+        # A config name that is no plain profile (a custom name of the vGPU device manager's
+        # ConfigMap) says nothing here about the type it creates.
         wanted = om.vgpu_resource_name(om.vgpu_type_name(profile))
         for name in sorted(by_config.get(om.VM_VGPU, ())):
             if name != wanted:
                 message = "advertises %s but %s=%s produces %s" % (name, om.VGPU_CONFIG_LABEL, profile, wanted)
                 findings.append((RESOURCE_MISMATCH, ERROR, plugin, message))
                 failures.append((plugin, message))
-    if states.get(plugin) == "expected" and not by_config.get(config) and plugin not in blocked:
+    if states.get(plugin) == "expected" and not by_config.get(config) and plugin not in excused:
         seen = ", ".join("%s=%s" % kv for kv in sorted(capacity.items())) or "none"
         message = "no %s allocatable (capacity: %s)" % (wanted, seen)
         if plugin in running:
@@ -371,6 +455,23 @@ def _resource_findings(config, advertised, capacity, states, running, labels, bl
             findings.append((RESOURCE_MISMATCH, ERROR, plugin, message))
         failures.append((plugin, message))
     return findings, failures
+
+
+def _vgpu_config_findings(labels, states):
+    """(findings, layer failures) for the vGPU device manager's verdict on the node's
+    ``nvidia.com/vgpu.config``: ``failed`` is an error there, ``pending`` not done yet."""
+    manager = "vgpu-device-manager"
+    state = labels.get(VGPU_CONFIG_STATE_LABEL)
+    if states.get(manager) not in _BELONGS or state not in ("failed", "pending"):
+        return [], []
+    config = labels.get(om.VGPU_CONFIG_LABEL)
+    which = "%s=%s" % (om.VGPU_CONFIG_LABEL, config) if config else "its default vGPU config (no %s)" % om.VGPU_CONFIG_LABEL
+    if state == "pending":
+        return [(VGPU_CONFIG, WARNING, manager, "%s=pending: the vGPU device manager has not applied %s yet"
+                 % (VGPU_CONFIG_STATE_LABEL, which))], []
+    message = ("%s=failed: the vGPU device manager could not apply %s on this node (its pod's log says why; a "
+               "config name must be one of its ConfigMap's configs and fit the GPU)" % (VGPU_CONFIG_STATE_LABEL, which))
+    return [(VGPU_CONFIG, ERROR, manager, message)], [(om.operand(manager).layer, manager, message)]
 
 
 def _blocked_operands(taints, expected, tolerations):
@@ -387,34 +488,64 @@ def _blocked_operands(taints, expected, tolerations):
     return blocked
 
 
-def _taint_finding(blocked, expected, running):
-    # A warning, not an error: a taint the operands do not tolerate is how a site reserves
-    # a GPU node (dedicated=training), and the operator itself reports Ready without it.
-    # The node stays visible: its operands are listed as missing (warnings too), so it never
-    # drops out of the count the way it drops out of desiredNumberScheduled.
+def _toleration_for(taint):
+    parts = ["key: %s" % taint.get("key"), "operator: Exists"]
+    if taint.get("effect"):
+        parts.append("effect: %s" % taint["effect"])
+    return "{%s}" % ", ".join(parts)
+
+
+def _taint_finding(blocked, expected, running, taints, inventory_isolated):
+    """The finding about a taint that keeps operand pods off a GPU node, naming the taint
+    and both ways out. An error unless the pods still run (NoSchedule evicts nothing) or
+    the inventory leaves the node out of the GPU layer: a GPU node without its operands
+    and without that decision is broken, and drops out of desiredNumberScheduled, so
+    nothing else would say so."""
     texts = "; ".join(sorted(set(blocked.values())))
     who = "the operand DaemonSets" if len(blocked) == len(expected) else "the DaemonSets of " + ", ".join(blocked)
+    bad = [t for t in taints or () if any(_taint_text(t) in v.split(", ") for v in blocked.values())]
+    fixes = ("either add a toleration to the chart's daemonsets.tolerations (gpu_operator_extra_values; for "
+             "example %s, keeping the default one for %s), or take the node out of the GPU layer "
+             "(gpu_node_isolated: true in the inventory, which sets %s=%s)" % (
+                 _toleration_for(bad[0]) if bad else "{key: <taint key>, operator: Exists}",
+                 om.GPU_TAINT_KEY, om.OPERANDS_LABEL, om.DEPLOY_FALSE))
     if all(name in running for name in blocked):
-        # NoSchedule evicts nothing: the pods stay until deleted, then never come back.
         return (UNTOLERATED_TAINT, WARNING, None, "taint %s is not tolerated by %s: their pods run now but will "
-                "not be placed here again once deleted" % (texts, who))
-    return (UNTOLERATED_TAINT, WARNING, None, "taint %s is not tolerated by %s: their pods will never be placed on "
-            "this node (add a toleration to the chart's daemonsets.tolerations to serve it)" % (texts, who))
+                "not be placed here again once deleted; %s" % (texts, who, fixes))
+    if inventory_isolated:
+        return (UNTOLERATED_TAINT, WARNING, None, "taint %s is not tolerated by %s, and the inventory leaves the "
+                "node out of the GPU layer (gpu_node_isolated), but it lacks %s=%s: run the gpu_node_labels role"
+                % (texts, who, om.OPERANDS_LABEL, om.DEPLOY_FALSE))
+    return (UNTOLERATED_TAINT, ERROR, None, "taint %s is not tolerated by %s: their pods will never be placed on "
+            "this GPU node, so it has no GPU operands: %s" % (texts, who, fixes))
 
 
-def _not_running(expected, running, pods_by_operand, blocked):
-    """{operand: reason} for the expected operands without a Running and Ready pod."""
-    result = {}
+def _not_running(expected, running, pods_by_operand, blocked, labels, states):
+    """{operand: reason} for the expected operands without a Running and Ready pod (or
+    without the deploy label that keeps one there)."""
+    raw = {}
     for operand_name in expected:
-        if operand_name in running:
-            continue
         pods = pods_by_operand.get(operand_name)
-        if pods:
-            result[operand_name] = _describe(pods)
+        if states[operand_name] == PAUSED:
+            raw[operand_name] = _paused_reason(operand_name, labels)
+        elif labels.get(om.deploy_label(operand_name)) is None:
+            raw[operand_name] = _absent_label_reason(operand_name, labels)
+        elif operand_name in running:
+            continue
+        elif pods:
+            raw[operand_name] = _describe(operand_name, pods)
         elif operand_name in blocked:
-            result[operand_name] = "no pod: taint %s not tolerated" % blocked[operand_name]
+            raw[operand_name] = "no pod: taint %s not tolerated" % blocked[operand_name]
         else:
-            result[operand_name] = "no pod"
+            raw[operand_name] = "no pod"
+    # Second pass: a pod waiting at a gate names how the gate's writer stands.
+    result = {}
+    for operand_name, reason in raw.items():
+        pods = pods_by_operand.get(operand_name)
+        if reason.startswith("Init:") and pods and operand_name not in running:
+            others = dict((k, v) for k, v in raw.items() if k != operand_name)
+            reason = _describe(operand_name, pods, others)
+        result[operand_name] = reason
     return result
 
 
@@ -443,17 +574,32 @@ def _unexpected_operands(pods_by_operand, why_not_expected):
     return findings
 
 
-def _evaluate_node(node, pods_by_operand, policy_, tolerations, chains):
+def _paused_finding(paused):
+    """One finding for the node's paused operands: a transient state of a working node,
+    neither switched off nor broken."""
+    by_value = {}
+    for name, value in paused.items():
+        by_value.setdefault(value, []).append(name)
+    parts = ["%s (%s<operand>=%s: %s)" % (", ".join(names), om.DEPLOY_LABEL_PREFIX, value, gates.PAUSE_VALUES[value])
+             for value, names in sorted(by_value.items())]
+    return (OPERAND_PAUSED, WARNING, None, "paused, not switched off: %s; the labels go back to %s when that is "
+            "done, and the operands return" % ("; ".join(parts), om.DEPLOY_TRUE))
+
+
+def _evaluate_node(node, pods_by_operand, policy_, tolerations, chains, inventory_isolated=False):
     meta = _meta(node)
     labels = meta.get("labels") or {}
     status = node.get("status") or {}
-    running = [o.name for o in om.OPERANDS if any(is_running(p) for p in pods_by_operand.get(o.name, ()))]
+    # Running means running and staying: a pod whose deploy label is gone is on its way out.
+    running = [o.name for o in om.OPERANDS if any(is_running(p) for p in pods_by_operand.get(o.name, ()))
+               and (labels.get(om.deploy_label(o.name)) is not None or not om.is_gpu_node(labels))]
     report = {
         "node": meta.get("name"), "gpu_node": om.is_gpu_node(labels), "workload_config": None,
         "workload_label": labels.get(om.WORKLOAD_CONFIG_LABEL), "expected_operands": [],
         "running_operands": running, "not_running": {}, "operand_states": {},
         "advertised": om.gpu_resources(status.get("allocatable")), "capacity": om.gpu_resources(status.get("capacity")),
-        "untolerated_taints": [], "layer_failures": [],
+        "untolerated_taints": [], "layer_failures": [], "paused_operands": {}, "unlabelled_operands": [],
+        "vgpu_config_state": None,
     }
     advertised = report["advertised"]
 
@@ -466,32 +612,49 @@ def _evaluate_node(node, pods_by_operand, policy_, tolerations, chains):
         return _finish(report, findings, [])
 
     config, findings = _workload(labels, policy_)
-    states = dict((o.name, om.operand_state_on_node(o, labels, policy_, config)) for o in om.OPERANDS)
-    expected = [n for n in chains[config] if states[n] == "expected"]
+    states = _operand_states(labels, policy_, config)
+    expected = [n for n in chains[config] if states[n] in _BELONGS]
     report["workload_config"] = config
     report["operand_states"] = dict((k, v) for k, v in states.items() if v != "n/a")
     report["expected_operands"] = expected
+    paused = report["paused_operands"] = dict(
+        (n, labels[om.deploy_label(n)]) for n in expected if states[n] == PAUSED)
+    report["unlabelled_operands"] = [n for n in expected if labels.get(om.deploy_label(n)) is None]
+    if config == om.VM_VGPU:
+        report["vgpu_config_state"] = labels.get(VGPU_CONFIG_STATE_LABEL)
 
-    blocked = _blocked_operands((node.get("spec") or {}).get("taints"), expected, tolerations)
+    taints = (node.get("spec") or {}).get("taints")
+    blocked = _blocked_operands(taints, [n for n in expected if n not in paused], tolerations)
+    # Kept off by a taint on a node the inventory isolates: missing, reported, not broken.
+    excused = set(blocked) if inventory_isolated else set()
     if blocked:
         report["untolerated_taints"] = sorted(set(blocked.values()))
-        findings.append(_taint_finding(blocked, expected, running))
+        findings.append(_taint_finding(blocked, expected, running, taints, inventory_isolated))
+    if paused:
+        findings.append(_paused_finding(paused))
 
-    not_running = report["not_running"] = _not_running(expected, running, pods_by_operand, blocked)
+    not_running = report["not_running"] = _not_running(expected, running, pods_by_operand, blocked, labels, states)
     layer_failures = []
     for operand_name, reason in not_running.items():
-        if operand_name in blocked and not pods_by_operand.get(operand_name):
-            # Kept off by the node's taint: missing, reported, but no broken layer.
+        if operand_name in paused:
+            continue  # one operand-paused finding says it; nothing is broken
+        if operand_name in excused and not pods_by_operand.get(operand_name):
             findings.append((MISSING_OPERAND, WARNING, operand_name, "%s is not running: %s" % (operand_name, reason)))
             continue
         findings.append((MISSING_OPERAND, ERROR, operand_name, "%s is not running: %s" % (operand_name, reason)))
         layer_failures.append((om.operand(operand_name).layer, operand_name, reason))
     findings.extend(_order_violations(chains[config], states, running, not_running))
-    findings.extend(_unexpected_operands(pods_by_operand, lambda o: None if states[o.name] == "expected" else (
+    findings.extend(_unexpected_operands(pods_by_operand, lambda o: None if states[o.name] in _BELONGS else (
         _why_not_expected(o, states[o.name], config, labels))))
 
+    vgpu_findings, vgpu_failures = _vgpu_config_findings(labels, states)
+    findings.extend(vgpu_findings)
+    layer_failures.extend(vgpu_failures)
+    if report["vgpu_config_state"] == "pending":
+        # The vGPU devices are being created: nothing to advertise yet is no fault.
+        excused.add(om.RESOURCE_PLUGIN[config])
     resource_findings, allocatable_failures = _resource_findings(
-        config, advertised, report["capacity"], states, running, labels, blocked)
+        config, advertised, report["capacity"], states, running, labels, excused)
     findings.extend(resource_findings)
     layer_failures.extend((om.LAYER_ALLOCATABLE, plugin, reason) for plugin, reason in allocatable_failures)
     return _finish(report, findings, layer_failures)
@@ -515,20 +678,25 @@ def _finish(report, findings, layer_failures):
     return report, result
 
 
-def evaluate(nodes, pods, policy, daemonsets=None):
+def evaluate(nodes, pods, policy, daemonsets=None, isolated_nodes=()):
     """Check every node against ``policy`` (``operand_model.policy()``).
 
-    Returns ``{"nodes": {name: report}, "findings": [...]}``, nodes in name order. Linear
-    in nodes + pods: the operand pods are indexed by node once."""
+    ``isolated_nodes``: the nodes the inventory leaves out of the GPU layer
+    (``gpu_node_isolated``), a decision like ``deploy.operands=false`` on the node even
+    before the labels role has set that label. Returns ``{"nodes": {name: report},
+    "findings": [...]}``, nodes in name order. Linear in nodes + pods: the operand pods
+    are indexed by node once."""
     namespace = policy["namespace"]
     chains = dict((config, om.chain_for_workload(config)) for config in om.WORKLOAD_CONFIGS)
+    isolated = set(isolated_nodes or ())
     reports, findings = {}, []
     with paused_gc():
         pods_index = index_operand_pods(pods, namespace)
         tolerations = _operand_tolerations(daemonsets, namespace)
         for node in sorted(nodes, key=lambda n: _meta(n).get("name") or ""):
+            name = _meta(node).get("name")
             report, node_findings = _evaluate_node(
-                node, pods_index.get(_meta(node).get("name"), {}), policy, tolerations, chains)
+                node, pods_index.get(name, {}), policy, tolerations, chains, name in isolated)
             reports[report["node"]] = report
             findings.extend(node_findings)
     return {"nodes": reports, "findings": findings}
@@ -542,10 +710,10 @@ def first_broken_layer(report):
 
 # ---------------------------------------------------------------- result
 
-def check(snapshot, policy, node_names=None):
+def check(snapshot, policy, node_names=None, isolated_nodes=()):
     """The check's whole result for a split snapshot: ``findings``, ``nodes``, the
     ``policy`` it used and a ``summary``. ``node_names`` limits the report; a name that
-    is not in the snapshot raises ValueError."""
+    is not in the snapshot raises ValueError. ``isolated_nodes``: see ``evaluate``."""
     nodes = snapshot["nodes"]
     if node_names:
         known = set(_meta(n).get("name") for n in nodes)
@@ -554,7 +722,7 @@ def check(snapshot, policy, node_names=None):
             raise ValueError("nodes not in the cluster: %s" % ", ".join(unknown))
         wanted = set(node_names)
         nodes = [n for n in nodes if _meta(n).get("name") in wanted]
-    result = evaluate(nodes, snapshot["pods"], policy, snapshot.get("daemonsets"))
+    result = evaluate(nodes, snapshot["pods"], policy, snapshot.get("daemonsets"), isolated_nodes)
     reports = result["nodes"].values()
     by_code = {}
     for finding in result["findings"]:

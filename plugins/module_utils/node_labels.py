@@ -14,10 +14,17 @@ Ownership is recorded on the node itself, in the annotation ``OWNED_LABELS_ANNOT
 Adoption rule for a label that is on the node but not owned yet:
 
 * same value as desired: adopted (owned from now on, nothing else changes);
-* a deploy label at the value the GPU Operator itself writes (``true``, or
-  ``pre-installed`` for the driver): taken over, because the operator sets it on
-  every GPU node and overwriting it is the documented way to switch an operand off;
+* a deploy label at the value the GPU Operator's own components write (``true``, which
+  the operator sets on every GPU node, or ``pre-installed``, which k8s-driver-manager
+  sets on the driver's label where the host driver works): taken over, because
+  overwriting it is the documented way to switch an operand off;
+* a deploy label at a pause value (``paused-for-driver-upgrade``, ...): left alone,
+  neither refused nor changed, since its writer sets it back to ``true`` when done;
 * any other value (someone chose it): refused, unless ``adopt_existing``.
+
+An operand is switched back on by setting its deploy label to ``true``, never by
+removing the ``false``: the operator does not reconcile a node when a deploy label
+goes, so the operand would stay off until its next full resync, hours later.
 
 Pure functions over plain dicts as the API returns them (camelCase keys); no I/O.
 """
@@ -28,6 +35,7 @@ __metaclass__ = type
 
 import json
 
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_gates as gates
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
 
 OWNED_LABELS_ANNOTATION = "gpuplatform.rke2/owned-labels"
@@ -103,6 +111,12 @@ def validate_nodes(nodes, policy_, sandbox_off_action="fail"):
             if name_ not in om.OPERAND_NAMES:
                 errors.append("%s: gpu_operands_disabled lists %r, which is not an operand (known: %s)"
                               % (where, name_, ", ".join(om.OPERAND_NAMES)))
+            elif name_ in gates.VALIDATORS:
+                errors.append(validator_refusal(where, name_))
+            elif not om.has_own_deploy_label(name_):
+                errors.append("%s: gpu_operands_disabled lists %r, which has no deploy label of its own (its "
+                              "DaemonSet selects %s): switching it off would switch that off too"
+                              % (where, name_, om.deploy_label(name_)))
             elif name_ not in runs:
                 # The operator removes deploy labels of other configs from a node; setting
                 # one would be undone on every reconcile and never settle.
@@ -123,6 +137,17 @@ def validate_nodes(nodes, policy_, sandbox_off_action="fail"):
             warnings.append("%s: vm-vgpu node without gpu_vgpu_config: the vGPU device manager applies its "
                             "default configuration" % where)
     return errors, warnings
+
+
+def validator_refusal(where, validator):
+    """Why a validator cannot be switched off by label, naming what waits for it."""
+    files = ", ".join("%s/%s" % (gates.VALIDATIONS_DIR, f) for f in gates.status_files(validator))
+    waiting = [n for n in gates.gated_by(validator) if n in om.OPERAND_NAMES]
+    return ("%s: gpu_operands_disabled lists %r, which is refused: the validator is a gate, not a leaf. It writes "
+            "%s, which %s wait for in their init containers; they keep running now, but after the node's next "
+            "reboot (/run starts empty) they hang in Init. Remove it from gpu_operands_disabled; to take the node "
+            "out of the GPU layer, set gpu_node_isolated: true"
+            % (where, validator, files, ", ".join(waiting)))
 
 
 def desired_labels(node):
@@ -172,30 +197,71 @@ def owned_keys(node_obj):
     return owned_list(node_obj, OWNED_LABELS_ANNOTATION, "label keys")
 
 
+def is_operand_label(key):
+    """Whether ``key`` is one operand's deploy label (not ``deploy.operands``)."""
+    return key.startswith(om.DEPLOY_LABEL_PREFIX) and key != om.OPERANDS_LABEL
+
+
 def operator_written(key, value):
-    """Whether ``value`` on ``key`` is what the GPU Operator writes there on its own."""
-    if not key.startswith(om.DEPLOY_LABEL_PREFIX) or key == om.OPERANDS_LABEL:
+    """Whether ``value`` on ``key`` is what the GPU Operator's components write there on
+    their own: ``true`` (the operator, on every GPU node), ``pre-installed`` on the
+    driver's label (k8s-driver-manager, where the host driver works)."""
+    if not is_operand_label(key):
         return False
-    return value in (om.DEPLOY_TRUE, om.DEPLOY_PRE_INSTALLED)
+    return value == om.DEPLOY_TRUE or (key == om.deploy_label("driver") and value == om.DEPLOY_PRE_INSTALLED)
 
 
-def plan_labels(node_obj, desired, adopt_existing=False, where=None):
-    """How to get one node's labels from what it has to ``desired``.
+def is_paused(key, value):
+    """Whether a deploy label holds a pause value: a transient state some component set
+    and will undo, which this collection leaves alone."""
+    return is_operand_label(key) and value in gates.PAUSE_VALUES
 
-    Returns ``{"changes": [...], "owned": [...], "refusals": [...], "labels": {...}}``:
-    ``changes`` lists ``{key, before, after, action}`` with action ``set``, ``remove`` or
-    ``adopt`` (ownership only); ``owned`` is the owned key list afterwards; ``labels`` the
-    node's labels afterwards. Keys neither desired nor owned are never in a change."""
+
+def _pause_note(where, node_name, key, have, want):
+    return ("%s: label %s=%s on node %s is left alone: %s, and it sets the label back to true when done. "
+            "The inventory wants %s; run again once that is done" % (
+                where, key, have, node_name, gates.PAUSE_VALUES[have],
+                repr(want) if want is not None else "the operand on"))
+
+
+def _operator_keeps(labels, policy_):
+    """The deploy labels the operator keeps (or writes) on a node with ``labels``: those
+    of its effective workload config, none on an isolated node."""
+    config = om.effective_workload_config(labels, policy_)[0]
+    return set(om.deploy_labels_for(config, labels, policy_))
+
+
+def plan_labels(node_obj, desired, adopt_existing=False, where=None, policy_=None):
+    """How to get one node's labels from what it has to ``desired``, under ``policy_``
+    (the site's sandbox settings; chart defaults when not given).
+
+    Returns ``{"changes": [...], "owned": [...], "refusals": [...], "deferred": [...],
+    "labels": {...}}``: ``changes`` lists ``{key, before, after, action}`` with action
+    ``set``, ``remove`` or ``adopt`` (ownership only); ``owned`` is the owned key list
+    afterwards; ``deferred`` says which labels were left alone because a component
+    paused them; ``labels`` the node's labels afterwards. Keys neither desired nor owned
+    are never in a change.
+
+    An owned deploy label the inventory no longer asks for is set to ``true`` (and no
+    longer owned) where the operand belongs on the node afterwards: the operator would not
+    notice its removal. It is removed where the operand does not belong (another
+    workload config, an isolated node), as the operator would remove it."""
     meta = node_obj.get("metadata") or {}
     where = where or "node %s" % meta.get("name")
+    policy_ = policy_ or om.policy()
     current = dict(meta.get("labels") or {})
     owned_before = owned_keys(node_obj)
     owned = set(owned_before)
     changes = []
     refusals = []
+    deferred = []
     for key in sorted(desired):
         want = desired[key]
         have = current.get(key)
+        if is_paused(key, have):
+            if have != want:
+                deferred.append(_pause_note(where, meta.get("name"), key, have, want))
+            continue
         if key in owned or have is None:
             if have != want:
                 changes.append({"key": key, "before": have, "after": want, "action": "set"})
@@ -210,10 +276,27 @@ def plan_labels(node_obj, desired, adopt_existing=False, where=None):
             refusals.append("%s: label %s=%s on node %s was not set by this collection; the inventory wants %r. "
                             "Remove the label, or set gpu_node_labels_adopt_existing: true to take it over"
                             % (where, key, have, meta.get("name"), want))
-    for key in sorted(owned - set(desired)):
-        if key in current:
-            changes.append({"key": key, "before": current[key], "after": None, "action": "remove"})
-        owned.discard(key)
+    released = sorted(owned - set(desired))
+    # The node as the operator will see it, for what switching an operand back on means:
+    # the desired labels set, the other released labels gone.
+    provisional = dict(current)
+    provisional.update((c["key"], c["after"]) for c in changes)
+    for key in released:
+        provisional.pop(key, None)
+    keeps = _operator_keeps(provisional, policy_)
+    for key in released:
+        have = current.get(key)
+        if have is None:
+            owned.discard(key)
+        elif is_paused(key, have):
+            deferred.append(_pause_note(where, meta.get("name"), key, have, None))
+        elif is_operand_label(key) and key in keeps:
+            if have != om.DEPLOY_TRUE:
+                changes.append({"key": key, "before": have, "after": om.DEPLOY_TRUE, "action": "set"})
+            owned.discard(key)
+        else:
+            changes.append({"key": key, "before": have, "after": None, "action": "remove"})
+            owned.discard(key)
     after = dict(current)
     for change in changes:
         if change["after"] is None:
@@ -221,7 +304,7 @@ def plan_labels(node_obj, desired, adopt_existing=False, where=None):
         else:
             after[change["key"]] = change["after"]
     return {"changes": changes, "owned": sorted(owned), "owned_before": owned_before,
-            "refusals": refusals, "labels": after}
+            "refusals": refusals, "deferred": deferred, "labels": after}
 
 
 def label_patch(plan):

@@ -395,6 +395,13 @@ def inventory_problems(decisions, nodes):
     effective = node_workload_configs([n for n in nodes if n.get("workload_config") in (None,) + om.WORKLOAD_CONFIGS],
                                       sandbox)
     vgpu_hosts = sorted(name for name, config in effective.items() if config == om.VM_VGPU)
+    mode = sandbox.get("mode") or om.SANDBOX_MODE_KUBEVIRT
+    if vgpu_hosts and sandbox.get("enabled") and om.resource_plugin(om.VM_VGPU, {"sandbox_mode": mode}) is None:
+        # isStateEnabled: in kata mode the KubeVirt device plugin is not deployed and the
+        # Kata one serves vm-passthrough nodes only, so a vGPU node would advertise nothing.
+        problems.append("sandboxWorkloads.mode: %s, but hosts %s are vm-vgpu nodes: in %s mode the operator runs no "
+                        "device plugin on vm-vgpu nodes (the Kata device plugin serves vm-passthrough only), so "
+                        "they would advertise no vGPU" % (mode, ", ".join(vgpu_hosts), mode))
     vgpu = decisions.get("vgpu_manager") or {}
     if vgpu_hosts and not vgpu.get("repository"):
         problems.append("vgpuManager.repository: hosts %s are vm-vgpu nodes but no vGPU manager image is set (NVIDIA "

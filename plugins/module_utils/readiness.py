@@ -87,6 +87,9 @@ def policy_from_cache(cache, namespace=None):
 def select_nodes(nodes, resource, policy, names=None, explicit=False, daemonsets=None):
     """(selected, skipped, missing) node names for a wait on ``resource``.
 
+    A node whose operands are paused (a driver upgrade, a MIG or vGPU change) is
+    selected: it is a working node that will serve again, and the wait waits for it.
+
     ``explicit`` (the caller chose nodes by label selector or ``names``): every node
     given is selected; a named node not (yet) in the cluster is ``missing``. Otherwise,
     the GPU nodes on which the operator will run the device plugin that produces
@@ -95,10 +98,17 @@ def select_nodes(nodes, resource, policy, names=None, explicit=False, daemonsets
     (a MIG or vGPU profile that produces another name). ``skipped`` says why each other
     GPU node is left out. The operand DaemonSets, when given, say which taints they
     tolerate (the ClusterPolicy's ``daemonsets.tolerations``); else the chart default."""
+    return _select(nodes, resource, policy, names, explicit, daemonsets)[:3]
+
+
+def _select(nodes, resource, policy, names, explicit, daemonsets):
+    """select_nodes, and node_check's label-only reports of the nodes it looked at."""
     by_name = dict((_name(n), n) for n in nodes)
     if explicit:
         wanted = sorted(names) if names else sorted(by_name)
-        return [n for n in wanted if n in by_name], [], [n for n in wanted if n not in by_name]
+        selected = [n for n in wanted if n in by_name]
+        reports = node_check.evaluate([by_name[n] for n in selected], [], policy, daemonsets)["nodes"]
+        return selected, [], [n for n in wanted if n not in by_name], reports
     config = om.resource_workload_config(resource)
     reports = node_check.evaluate(nodes, [], policy, daemonsets)["nodes"]
     selected, skipped = [], []
@@ -111,7 +121,7 @@ def select_nodes(nodes, resource, policy, names=None, explicit=False, daemonsets
             skipped.append({"node": name, "reason": reason})
         else:
             selected.append(name)
-    return selected, skipped, []
+    return selected, skipped, [], reports
 
 
 def _skip_reason(node, report, resource, config):
@@ -125,10 +135,11 @@ def _skip_reason(node, report, resource, config):
             return "it is isolated (%s=%s)" % (om.OPERANDS_LABEL, om.DEPLOY_FALSE)
         label = om.deploy_label(plugin)
         value = _meta(node).get("labels", {}).get(label)
-        if value is not None:
+        if state == "off":
             return "%s is switched off here (%s=%s)" % (plugin, label, value)
         return "%s is not enabled in the ClusterPolicy" % plugin
     if report["untolerated_taints"]:
+        # No wait would end: the check reports the node (an error unless it is isolated).
         return "taint %s is not tolerated by the operand DaemonSets" % "; ".join(report["untolerated_taints"])
     status = node.get("status") or {}
     others = sorted(name for name in om.gpu_resources(status.get("capacity"))
@@ -162,19 +173,46 @@ def diagnose(nodes, pods, policy, node_names, resource=None, min_per_node=1, dae
         if not ready:
             failures.insert(0, {"layer": LAYER_NODE, "operand": None, "reason": why})
         config = report["workload_config"]
-        if resource and config in om.RESOURCE_PLUGIN and not any(f["layer"] == om.LAYER_ALLOCATABLE for f in failures):
+        # A pause or a vGPU config not applied yet explains a short count: it says so instead.
+        held = report.get("paused_operands") or report.get("vgpu_config_state") in VGPU_NOT_DONE
+        if (resource and config in om.RESOURCE_PLUGIN and not held
+                and not any(f["layer"] == om.LAYER_ALLOCATABLE for f in failures)):
             status = node.get("status") or {}
             have = count(status.get("allocatable"), resource)
             if have < min_per_node:
                 failures.append({"layer": om.LAYER_ALLOCATABLE, "operand": om.RESOURCE_PLUGIN[config],
                                  "reason": "allocatable %s: %d (capacity %d), fewer than %d" % (
                                      resource, have, count(status.get("capacity"), resource), min_per_node)})
-        first = failures[0] if failures else {
+        first = failures[0] if failures else (_not_ready_without_failure(report) or {
             "layer": None, "operand": None,
-            "reason": "no broken layer found (operands Running and Ready, %s advertised)" % (resource or "resources")}
+            "reason": "no broken layer found (operands Running and Ready, %s advertised)" % (resource or "resources")})
         result[name] = {"workload_config": config, "layer": first["layer"], "operand": first["operand"],
                         "reason": first["reason"], "layer_failures": failures}
     return result
+
+
+def _not_ready_without_failure(report):
+    """What holds a node up when no layer is broken: a paused operand (a transient state
+    of a working node), a vGPU config not applied yet, an operand of a layer outside the
+    ADR's (a validator, monitoring); None when nothing does."""
+    chain = report.get("expected_operands") or []
+    not_running = report.get("not_running") or {}
+    paused = report.get("paused_operands") or {}
+    for name in chain:
+        if name in paused:
+            return {"layer": om.operand(name).layer, "operand": name, "reason": not_running.get(name)}
+    if report.get("vgpu_config_state") in VGPU_NOT_DONE:
+        return {"layer": om.operand("vgpu-device-manager").layer, "operand": "vgpu-device-manager",
+                "reason": "%s=%s" % (om.VGPU_CONFIG_STATE_LABEL, report["vgpu_config_state"])}
+    for name in chain:
+        if name in not_running:
+            return {"layer": om.operand(name).layer, "operand": name, "reason": not_running[name]}
+    return None
+
+
+# vGPU device manager states of a node's nvidia.com/vgpu.config that are not done: the
+# waits keep waiting (a failed config is also an error in the check).
+VGPU_NOT_DONE = ("pending", "failed")
 
 
 def diagnosis_text(diagnosis, most=10):
@@ -214,6 +252,23 @@ def runtime_chain_failures(nodes, pods, policy, node_names, daemonsets=None):
     return result
 
 
+def held_up(reports, node_names):
+    """``{node: reason}`` for the nodes of ``node_names`` that must not count as ready
+    whatever they advertise, from their node_check reports (labels suffice): operands
+    paused by a driver upgrade, a MIG or a vGPU change (the node is between two states),
+    or a vGPU config the vGPU device manager has not applied (pending) or could not apply
+    (failed)."""
+    result = {}
+    for name in node_names:
+        report = reports.get(name) or {}
+        paused = report.get("paused_operands") or {}
+        if paused:
+            result[name] = "paused: %s" % ", ".join("%s=%s" % (om.deploy_label(o), v) for o, v in sorted(paused.items()))
+        elif report.get("vgpu_config_state") in VGPU_NOT_DONE:
+            result[name] = "%s=%s" % (om.VGPU_CONFIG_STATE_LABEL, report["vgpu_config_state"])
+    return result
+
+
 def allocatable_condition(resource, names=None, explicit=False, min_per_node=1, min_nodes=None,
                           allow_no_nodes=False, namespace=None):
     """Selected nodes Ready with at least ``min_per_node`` of ``resource`` allocatable;
@@ -228,11 +283,12 @@ def allocatable_condition(resource, names=None, explicit=False, min_per_node=1, 
         nodes = objects(cache, "nodes")
         policy = policy_from_cache(cache, namespace)
         daemonsets = objects(cache, "daemonsets")
-        selected, skipped, missing = select_nodes(nodes, resource, policy, names, explicit, daemonsets)
+        selected, skipped, missing, reports = _select(nodes, resource, policy, names, explicit, daemonsets)
         by_name = dict((_name(n), n) for n in nodes)
         broken = {}
         if "pods" in cache and active_clusterpolicy(objects(cache, "clusterpolicies")) is not None:
             broken = runtime_chain_failures(nodes, objects(cache, "pods"), policy, selected, daemonsets)
+        held = held_up(reports, selected)
         per_node, ready, waiting = {}, [], {}
         for name in selected:
             node = by_name[name]
@@ -240,11 +296,14 @@ def allocatable_condition(resource, names=None, explicit=False, min_per_node=1, 
             have = count(status.get("allocatable"), resource)
             node_is_ready, why = node_ready(node)
             per_node[name] = {"allocatable": have, "capacity": count(status.get("capacity"), resource),
-                              "ready": node_is_ready and have >= min_per_node and name not in broken}
+                              "ready": (node_is_ready and have >= min_per_node and name not in broken
+                                        and name not in held)}
             if per_node[name]["ready"]:
                 ready.append(name)
             elif why:
                 waiting[name] = why
+            elif name in held:
+                waiting[name] = held[name]
             elif name in broken:
                 failure = broken[name]
                 waiting[name] = "%s (%s): %s" % (failure["layer"], failure["operand"], failure["reason"])
@@ -347,12 +406,19 @@ def operand_nodes(nodes, pods, policy, names=None, explicit=False, daemonsets=No
                 continue
         chain = report["expected_operands"]
         ready = [o for o in chain if o in report["running_operands"]]
-        stuck = next((o for o in chain if o not in report["running_operands"]), None)
+        waiting = [o for o in chain if o not in report["running_operands"]]
+        held = report.get("vgpu_config_state") in VGPU_NOT_DONE
+        # Where the node is stuck: its lowest broken layer, not the first operand of the
+        # chain that is not up. A rollout stuck at the operator-validator (it turns Ready
+        # only once the device plugin advertises GPUs) has its cause below it.
+        failures = report["layer_failures"]
+        stuck = (failures[0] if failures and (waiting or held) else None) or (
+            _not_ready_without_failure(report) if (waiting or held) else None)
         result[name] = {
             "workload_config": report["workload_config"], "chain": chain, "ready_operands": ready,
-            "ready": stuck is None and bool(report["gpu_node"]), "stuck_at": stuck,
-            "layer": om.operand(stuck).layer if stuck else None,
-            "reason": report["not_running"].get(stuck) if stuck else (None if report["gpu_node"] else "not a GPU node"),
+            "ready": stuck is None and bool(report["gpu_node"]), "stuck_at": stuck["operand"] if stuck else None,
+            "layer": stuck["layer"] if stuck else None,
+            "reason": stuck["reason"] if stuck else (None if report["gpu_node"] else "not a GPU node"),
         }
     return result, skipped
 

@@ -19,6 +19,9 @@ from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_mo
 REPORT_LAYERS = ("hardware", "host-driver", om.LAYER_DRIVER, om.LAYER_RUNTIME, om.LAYER_DEVICE_PLUGIN,
                  om.LAYER_ALLOCATABLE, "cuda-sample")
 OK, FAILED, NOT_APPLICABLE, NOT_CHECKED = "ok", "failed", "n/a", "not checked"
+# A layer whose operands are paused (a driver upgrade, a MIG or vGPU change): a transient
+# state of a working node, neither off nor broken.
+PAUSED = "paused"
 # Keys whose values change from run to run without the cluster changing.
 VOLATILE_KEYS = ("generated_at", "elapsed", "duration", "durations", "api_requests", "pod", "log_tail", "steps_seconds")
 
@@ -93,14 +96,19 @@ def build_report(site, node_check, readiness=None, allocatable_results=None, cud
         layers = {"hardware": hw, "host-driver": host_driver}
         failures = dict((f["layer"], f) for f in reversed(report.get("layer_failures") or []))
         expected = report.get("expected_operands") or []
+        paused = report.get("paused_operands") or {}
         for layer in (om.LAYER_DRIVER, om.LAYER_RUNTIME, om.LAYER_DEVICE_PLUGIN):
             members = [op for op in expected if om.operand(op).layer == layer]
             not_running = report.get("not_running") or {}
             if layer in failures:
                 failure = failures[layer]
                 layers[layer] = _layer(FAILED, "%s: %s" % (failure.get("operand"), failure.get("reason")))
+            elif any(m in paused for m in members):
+                layers[layer] = _layer(PAUSED, "; ".join("%s: %s" % (m, not_running[m]) for m in members
+                                                         if m in paused and m in not_running))
             elif any(m in not_running for m in members):
-                # Not a broken layer (node_check reports none): kept off, e.g. by a taint.
+                # Not a broken layer (node_check reports none): kept off by a taint on a node
+                # the inventory isolates.
                 kept_off = ["%s: %s" % (m, not_running[m]) for m in members if m in not_running]
                 layers[layer] = _layer(NOT_APPLICABLE, "; ".join(kept_off))
             elif members:
@@ -118,6 +126,13 @@ def build_report(site, node_check, readiness=None, allocatable_results=None, cud
             why = "; ".join("%s (%s): %s" % (d.get("layer"), d.get("operand"), d.get("reason"))
                             for d in diagnosis.get(name, []) if d.get("layer"))
             layers[om.LAYER_ALLOCATABLE] = _layer(FAILED, "not usable (%s)%s" % (counts, ": " + why if why else ""))
+        elif paused:
+            layers[om.LAYER_ALLOCATABLE] = _layer(PAUSED, "%s while %s %s paused" % (
+                ", ".join("%s=%s" % kv for kv in sorted(advertised.items())) or "nothing advertised",
+                ", ".join(sorted(paused)), "is" if len(paused) == 1 else "are"))
+        elif report.get("vgpu_config_state") == "pending":
+            layers[om.LAYER_ALLOCATABLE] = _layer(NOT_CHECKED, "vGPU config pending (%s=pending)"
+                                                  % om.VGPU_CONFIG_STATE_LABEL)
         elif advertised:
             layers[om.LAYER_ALLOCATABLE] = _layer(OK, ", ".join("%s=%s" % kv for kv in sorted(advertised.items())))
         elif expected and not report.get("untolerated_taints"):
@@ -136,7 +151,8 @@ def build_report(site, node_check, readiness=None, allocatable_results=None, cud
             layers["cuda-sample"] = _layer(FAILED, "phase %s: %s" % (pod.get("phase"), pod.get("reason") or (
                 (pod.get("log_tail") or "").strip().splitlines() or [""])[-1]))
         failed_layers = [layer for layer in REPORT_LAYERS if layers[layer]["state"] == FAILED]
-        status = "failing" if (failed_layers or errors) else ("warning" if node_findings else "ok")
+        status = "failing" if (failed_layers or errors) else (
+            PAUSED if paused else ("warning" if node_findings else "ok"))
         nodes[name] = {
             "workload_config": report.get("workload_config"),
             "expected_operands": expected,
@@ -163,7 +179,7 @@ def build_report(site, node_check, readiness=None, allocatable_results=None, cud
     passed = not failing and not step_failures and bool(nodes)
     if passed:
         summary = "%d GPU nodes verified: %s" % (len(nodes), ", ".join(
-            "%d %s" % (sum(1 for r in nodes.values() if r["status"] == s), s) for s in ("ok", "warning")
+            "%d %s" % (sum(1 for r in nodes.values() if r["status"] == s), s) for s in ("ok", "warning", PAUSED)
             if any(r["status"] == s for r in nodes.values())))
     elif not nodes:
         summary = "no GPU node found"
@@ -208,7 +224,7 @@ def to_json(report):
     return json.dumps(report, indent=2, sort_keys=True) + "\n"
 
 
-_MARK = {OK: "ok", FAILED: "FAILED", NOT_APPLICABLE: "n/a", NOT_CHECKED: "-"}
+_MARK = {OK: "ok", FAILED: "FAILED", NOT_APPLICABLE: "n/a", NOT_CHECKED: "-", PAUSED: "paused"}
 
 
 def to_markdown(report):
@@ -256,7 +272,7 @@ def to_html(report):
             _escape(name), _escape(node["workload_config"]), cells, _escape(node["status"])))
     return ("<!doctype html><html><head><meta charset=\"utf-8\"><title>GPU verification: %s</title><style>"
             "body{font-family:sans-serif}td,th{border:1px solid #ccc;padding:4px 8px}"
-            ".ok{background:#dfd}.failed{background:#fbb}.na{color:#888}</style></head><body>"
+            ".ok{background:#dfd}.failed{background:#fbb}.na{color:#888}.paused{background:#ffd}</style></head><body>"
             "<h1>GPU verification: %s</h1><p><b>%s</b> - %s</p><table><tr><th>node</th><th>workload config</th>%s"
             "<th>status</th></tr>%s</table><p>Hover a cell for its detail; the JSON report has everything.</p>"
             "</body></html>\n") % (

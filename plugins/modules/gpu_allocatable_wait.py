@@ -20,6 +20,9 @@ description:
     collection's operand model); GPU nodes left out (another workload config, the plugin switched off, a taint the
     operand DaemonSets do not tolerate, another MIG or vGPU profile) are returned in RV(skipped_nodes).
   - A node that joins during the wait is selected like the others.
+  - A node whose operands are paused (C(paused-for-driver-upgrade), C(paused-for-mig-change),
+    C(paused-for-vgpu-change) deploy labels) is selected and does not count while paused, whatever it still
+    advertises; nor does a vm-vgpu node whose C(nvidia.com/vgpu.config.state) is C(pending) or C(failed).
   - Where the GPU Operator manages the nodes (a ClusterPolicy exists), a node whose driver or container-runtime
     layer is broken does not count, whatever it advertises. A device plugin that registered keeps advertising its
     GPUs when the toolkit under it fails later, and no container can use them then.

@@ -38,6 +38,15 @@ options:
       - Limit the report to these nodes. A name that is not in the cluster is an error.
     type: list
     elements: str
+  isolated_nodes:
+    description:
+      - The nodes the inventory leaves out of the GPU layer (C(gpu_node_isolated)), for the time before the
+        gpu_node_labels role has set C(nvidia.com/gpu.deploy.operands=false) on them. On such a node, operands
+        that a taint keeps off are reported as warnings, not errors; on any other GPU node a taint the operand
+        DaemonSets do not tolerate is an error (C(untolerated-taint), and each missing operand).
+    type: list
+    elements: str
+    default: []
   sandbox_workloads_enabled:
     description:
       - Whether sandbox (VM) workloads are enabled, as C(sandboxWorkloads.enabled).
@@ -77,8 +86,13 @@ notes:
   - Live mode reads nodes, the pods and DaemonSets of the operand namespace, and ClusterPolicies
     (none when the CRD is not installed). It needs list permission on those and nothing else.
   - "Finding codes: C(missing-operand), C(order-violation), C(unexpected-operand), C(resource-mismatch),
-    C(mixed-workload), C(label-ignored), C(unknown-workload-config), C(untolerated-taint).
+    C(mixed-workload), C(label-ignored), C(unknown-workload-config), C(untolerated-taint), C(operand-paused)
+    (a warning: a deploy label at C(paused-for-driver-upgrade), C(paused-for-mig-change) or
+    C(paused-for-vgpu-change), a transient state of a working node), C(vgpu-config)
+    (C(nvidia.com/vgpu.config.state) C(failed), an error, or C(pending), a warning).
     See docs/operand-model.md for which operands each workload config runs."
+  - "An expected operand whose deploy label is absent is missing (an error): the operator does not put a
+    removed deploy label back, so the fix is to set it to C(true)."
 """
 
 EXAMPLES = r"""
@@ -145,6 +159,9 @@ nodes:
       advertised: {nvidia.com/gpu: 2}
       capacity: {nvidia.com/gpu: 2}
       untolerated_taints: []
+      paused_operands: {}
+      unlabelled_operands: []
+      vgpu_config_state: null
       layer_failures: []
       codes: []
       ok: true
@@ -168,12 +185,23 @@ nodes:
       elements: str
     not_running:
       description: Each expected operand that is not running, with why (C(no pod), C(CrashLoopBackOff),
-        C(Pending) with the scheduler's message, C(Terminating), ...).
+        C(Pending) with the scheduler's message, C(Terminating), the init container a pod waits in and the
+        validator status file it waits for, an absent deploy label, a pause, ...).
       type: dict
     operand_states:
       description: The state of each operand that concerns the node's workload config
-        (C(expected), C(host), C(off), C(disabled), C(isolated)).
+        (C(expected), C(paused), C(host), C(off), C(disabled), C(isolated)).
       type: dict
+    paused_operands:
+      description: The expected operands whose deploy label holds a pause value, with that value.
+      type: dict
+    unlabelled_operands:
+      description: The expected operands whose deploy label is absent (each is missing).
+      type: list
+      elements: str
+    vgpu_config_state:
+      description: C(nvidia.com/vgpu.config.state) of a vm-vgpu node, or null.
+      type: str
     advertised:
       description: The node's C(nvidia.com/*) allocatable resources, as ints.
       type: dict
@@ -247,6 +275,7 @@ def argument_spec():
     spec.update(
         snapshot=dict(type="list", elements="path"),
         nodes=dict(type="list", elements="str"),
+        isolated_nodes=dict(type="list", elements="str", default=[]),
         sandbox_workloads_enabled=dict(type="bool"),
         default_workload=dict(type="str", choices=list(operand_model.WORKLOAD_CONFIGS)),
         driver_enabled=dict(type="bool"),
@@ -329,7 +358,7 @@ def run(params):
             policy = node_check.policy_from_inputs(snapshot["clusterpolicies"], overrides, snapshot["daemonsets"])
         else:
             snapshot, policy = read_cluster(params, overrides)
-        result = node_check.check(snapshot, policy, params.get("nodes"))
+        result = node_check.check(snapshot, policy, params.get("nodes"), params.get("isolated_nodes") or ())
         # Freed while the collector is still paused: its first run afterwards would walk
         # every object allocated meanwhile, the whole snapshot included.
         del snapshot

@@ -21,15 +21,23 @@ description:
     labels it does not own are never touched. Every change is one JSON merge patch per node that names
     only owned keys.
   - "Adoption rule: a label already on the node that this module does not own is adopted when it already
-    has the desired value; a deploy label at the value the GPU Operator writes by itself (V(true), or
-    V(pre-installed) for the driver) is taken over, since overwriting it is the documented way to switch
-    an operand off; any other value was chosen by someone and is refused unless O(adopt_existing=true)."
+    has the desired value; a deploy label at the value the GPU Operator's components write by themselves
+    (V(true), or V(pre-installed), which k8s-driver-manager writes on the driver's label where the host driver
+    works) is taken over, since overwriting it is the documented way to switch an operand off; a deploy label
+    at a pause value (V(paused-for-driver-upgrade), V(paused-for-mig-change), V(paused-for-vgpu-change)) is
+    left alone with a warning, neither refused nor changed; any other value was chosen by someone and is
+    refused unless O(adopt_existing=true)."
+  - "An operand switched off before is switched back on by setting its deploy label to V(true), never by
+    removing the label: the operator does not reconcile a node when a deploy label goes, so the operand would
+    stay off until its next full resync."
   - Checks before any change, each failure naming host and key or value, all reported together;
     unknown workload configs and operand names; an operand switched off on a node whose workload config
     does not run it (the operator would drop the label again); vm-* workload configs while sandbox
     workloads are off in the site's chart values (the operator silently ignores the label); a vGPU profile
     that is not one; a switch of a node's workload config while pods or VMs that use its GPU resources run
-    there, unless O(force=true) or O(drain=true).
+    there, unless O(force=true) or O(drain=true); a validator (C(operator-validator), C(sandbox-validator)) in
+    O(nodes[].operands_disabled), because the operands above it wait for the status files it writes and hang
+    in Init after the next reboot; an operand without a deploy label of its own (C(mps-control-daemon)).
   - The work is split into steps (O(step)) so that a role can run them as separate tasks; O(step=apply)
     does everything the earlier steps check, so it is safe on its own.
 author:
@@ -64,6 +72,8 @@ options:
           - Operands switched off on this node (C(nvidia.com/gpu.deploy.<operand>=false)), by the names of
             the collection's operand model. Held back while the node is isolated, because the operator strips
             every deploy label from an isolated node.
+          - An operand dropped from this list is switched back on with C(nvidia.com/gpu.deploy.<operand>=true).
+          - The validators cannot be listed (they are gates: what waits for them hangs after a reboot).
         type: list
         elements: str
         default: []
@@ -187,6 +197,12 @@ nodes:
       returned: when the step reads the cluster
     owned:
       description: The label keys owned on the node afterwards.
+      type: list
+      elements: str
+      returned: when the step reads the cluster
+    deferred:
+      description: The labels left alone because a component paused them (a driver upgrade, a MIG or vGPU
+        change), each as a message naming the label and what the inventory wants; run again once it is done.
       type: list
       elements: str
       returned: when the step reads the cluster
@@ -336,7 +352,7 @@ def read_plans(cluster, nodes, params, policy_):
             continue
         desired = nl.desired_labels(node)
         try:
-            plan = nl.plan_labels(obj, desired, params["adopt_existing"], where)
+            plan = nl.plan_labels(obj, desired, params["adopt_existing"], where, policy_)
         except ValueError as exc:
             errors.append("%s: %s" % (where, exc))
             continue
@@ -451,7 +467,7 @@ def apply(cluster, plans, check_mode):
 
 def _report(p):
     return {"host": p["node"]["host"], "name": p["node"]["name"], "desired": p["desired"],
-            "changes": p["plan"]["changes"], "owned": p["plan"]["owned"],
+            "changes": p["plan"]["changes"], "owned": p["plan"]["owned"], "deferred": p["plan"]["deferred"],
             "workload_switch": dict(zip(("from", "to"), p["switch"])) if p["switch"] else None,
             "gpu_workloads": p["workloads"], "drain": p["drain"], "uncordoned": p["uncordoned"],
             "changed": p["changed"]}
@@ -476,6 +492,9 @@ def run(params, check_mode, cluster_factory, warn):
     plans, errors = read_plans(cluster, nodes, params, policy_)
     if errors:
         raise Failure("\n".join(errors), nodes=[_report(p) for p in plans])
+    for p in plans:
+        for message in p["plan"]["deferred"]:
+            warn(message)
     if params["step"] in ("drain", "apply") and drain_requested(params):
         timed_out = drain(cluster, plans, params["drain_timeout"], check_mode)
         if timed_out and not params["force"]:

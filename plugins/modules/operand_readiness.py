@@ -22,6 +22,13 @@ description:
     vm-passthrough and vm-vgpu nodes their own chains).
   - Which operands a node runs follows the collection's operand model, honouring operands switched off by their
     deploy label, operands disabled in the ClusterPolicy and a pre-installed driver or container runtime.
+    Operands paused by a driver upgrade, a MIG or a vGPU change (C(paused-for-*) deploy labels) are waited for,
+    not left out: they come back. An operand whose deploy label is absent is waited for too, and its reason
+    names the fix (set the label to C(true): the operator does not put a removed deploy label back).
+  - A stuck node is reported at its lowest broken layer (driver, container-runtime, device-plugin,
+    allocatable), not at the first operand of its chain that is not up: the operator-validator turns Ready only
+    once the device plugin advertises GPUs, so its cause lies below it. A pod waiting in an init container names
+    the container and the validator status file it waits for.
   - Rides through API server restarts within one overall O(timeout). At the deadline it fails naming the step it
     waited on and, for the operands step, each stuck node with the operand it is stuck at, its layer and the pod's
     reason (C(ImagePullBackOff), C(Init:CrashLoopBackOff), C(Pending) with the scheduler's message).
@@ -74,7 +81,8 @@ attributes:
 notes:
   - By default GPU nodes whose taints the operand DaemonSets do not tolerate, and isolated nodes
     (C(nvidia.com/gpu.deploy.operands=false)), are not waited for; they are returned in RV(skipped_nodes). Name
-    them in O(names) to wait for them anyway.
+    them in O(names) to wait for them anyway. A tainted GPU node that is not isolated is an error in
+    gpuplatform.rke2.gpu_node_check (C(untolerated-taint)), which fails the verification report.
 """
 
 EXAMPLES = r"""

@@ -108,6 +108,10 @@ def three_nodes():
      "host gpu01: gpu_workload_config 'vm-passthrough' while sandbox workloads are off"),
     (dict(workload_config="vm-vgpu", vgpu_config="twelve"), True,
      "host gpu01: gpu_vgpu_config 'twelve' is not a vGPU profile"),
+    (dict(workload_config="container", operands_disabled=["operator-validator"]), True,
+     "host gpu01: gpu_operands_disabled lists 'operator-validator', which is refused: the validator is a gate"),
+    (dict(workload_config="vm-passthrough", operands_disabled=["sandbox-validator"]), True,
+     "host gpu01: gpu_operands_disabled lists 'sandbox-validator', which is refused: the validator is a gate"),
 ])
 @pytest.mark.parametrize("step", ["validate", "apply"])
 def test_inventory_refusals_fail_before_contacting_the_cluster(call, settings, sandbox, expected, step):
@@ -242,6 +246,39 @@ def test_removing_a_variable_removes_only_the_label_it_set(call):
         "annotations": {nl.OWNED_LABELS_ANNOTATION: '["nvidia.com/gpu.workload.config"]'}}})
     assert core.labels("gpu-v") == dict(FOREIGN, **{om.WORKLOAD_CONFIG_LABEL: "vm-vgpu",
                                                     "nvidia.com/vgpu.config.state": "success"})
+
+
+def test_an_operand_dropped_from_the_inventory_is_switched_back_on(call):
+    core = three_nodes()
+    call({"nodes": THREE, "sandbox_workloads_enabled": True}, core)
+    assert core.labels("gpu-c")[om.DEPLOY_LABEL_PREFIX + "dcgm-exporter"] == "false"
+    result = call({"nodes": [spec("gpu-c", workload_config="container")], "sandbox_workloads_enabled": True}, core)
+    assert result["changed"] is True
+    # Set to true, not removed: the operator would not notice a removal for hours.
+    assert core.patches[-1] == ("gpu-c", {"metadata": {
+        "labels": {om.DEPLOY_LABEL_PREFIX + "dcgm-exporter": "true"},
+        "annotations": {nl.OWNED_LABELS_ANNOTATION: '["nvidia.com/gpu.workload.config"]'}}})
+    patches = len(core.patches)
+    assert call({"nodes": [spec("gpu-c", workload_config="container")], "sandbox_workloads_enabled": True},
+                core)["changed"] is False
+    assert len(core.patches) == patches
+
+
+def test_a_paused_label_is_left_alone_with_a_warning(call):
+    key = om.DEPLOY_LABEL_PREFIX + "dcgm-exporter"
+    core = FakeCore([node("gpu-c", {key: "paused-for-driver-upgrade"})])
+    result = call({"nodes": [spec("gpu-c", host="gpu01", workload_config="container",
+                                  operands_disabled=["dcgm-exporter"])]}, core)
+    assert result.get("failed") is not True
+    assert core.labels("gpu-c")[key] == "paused-for-driver-upgrade"
+    assert core.patches == [("gpu-c", {"metadata": {
+        "labels": {om.WORKLOAD_CONFIG_LABEL: "container"},
+        "annotations": {nl.OWNED_LABELS_ANNOTATION: '["nvidia.com/gpu.workload.config"]'}}})]
+    (node_result,) = result["nodes"]
+    assert node_result["deferred"] == [w for w in warnings_of(result) if "paused-for-driver-upgrade" in w]
+    assert node_result["deferred"][0].startswith(
+        "host gpu01 (node gpu-c): label nvidia.com/gpu.deploy.dcgm-exporter=paused-for-driver-upgrade on node gpu-c "
+        "is left alone: k8s-driver-manager is upgrading the driver")
 
 
 def test_isolation_labels_the_node_without_cordoning_it(call):

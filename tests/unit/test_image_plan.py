@@ -1,5 +1,6 @@
 """module_utils/image_plan: the images the operator will run, the mirror, the escape check.
-The chart defaults are the real v26.3.2 values.yaml (../shared/reference)."""
+The chart defaults are the real v26.3.2 values.yaml (the role's copy under
+roles/gpu_operator/files)."""
 import os
 
 import pytest
@@ -9,20 +10,22 @@ from ansible_collections.gpuplatform.rke2.plugins.module_utils import image_plan
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operator_values as ov
 from tests.conftest import ROOT
 
-REFERENCE_VALUES = os.path.join(ROOT, "..", "shared", "reference", "gpu-operator-v26.3.2", "values.yaml")
+# The chart's v26.3.2 values.yaml as the role ships it (upstream's file under a comment header).
+REFERENCE_VALUES = os.path.join(ROOT, "roles", "gpu_operator", "files", "gpu-operator-v26.3.2-values.yaml")
 MIRROR = "registry.site.example:5000"
 
 # What the v26.3.2 values.yaml enables on container nodes, read off the file by hand:
 # operator (version: appVersion), NFD subchart 0.18.3, driver 580.126.20 with its
-# k8s-driver-manager, toolkit, device plugin (gfd shares its image), dcgm-exporter, MIG
-# manager; the validator runs the operator's image. dcgm and nodeStatusExporter are off.
+# k8s-driver-manager, toolkit, device plugin (gfd and the MPS control daemon share its
+# image), dcgm-exporter, MIG manager; the validator runs the operator's image. dcgm and
+# nodeStatusExporter are off.
 CONTAINER_DEFAULTS = [
     ("nvcr.io/nvidia/gpu-operator:v26.3.2", ["operator", "operator-validator"]),
     ("registry.k8s.io/nfd/node-feature-discovery:v0.18.3", ["node-feature-discovery"]),
     ("nvcr.io/nvidia/driver:580.126.20-ubuntu22.04", ["driver"]),
     ("nvcr.io/nvidia/cloud-native/k8s-driver-manager:v0.11.0", ["driver"]),
     ("nvcr.io/nvidia/k8s/container-toolkit:v1.19.1", ["container-toolkit"]),
-    ("nvcr.io/nvidia/k8s-device-plugin:v0.19.2", ["device-plugin", "gpu-feature-discovery"]),
+    ("nvcr.io/nvidia/k8s-device-plugin:v0.19.2", ["device-plugin", "mps-control-daemon", "gpu-feature-discovery"]),
     ("nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless", ["dcgm-exporter"]),
     ("nvcr.io/nvidia/cloud-native/k8s-mig-manager:v0.14.2", ["mig-manager"]),
 ]
@@ -126,8 +129,9 @@ def test_sandbox_on_adds_the_vm_operands_of_the_configs_present(defaults):
         ("nvcr.io/nvidia/cloud-native/k8s-driver-manager:v0.11.0", ["vgpu-manager", "vfio-manager"]),
         ("nvcr.io/nvidia/cloud-native/vgpu-device-manager:v0.4.2", ["vgpu-device-manager"]),
         ("nvcr.io/nvidia/kubevirt-gpu-device-plugin:v1.5.0", ["sandbox-device-plugin"]),
-        ("nvcr.io/nvidia/cloud-native/k8s-cc-manager:v0.4.0", ["cc-manager"]),
     ]
+    # cc-manager runs only in kata mode (isStateEnabled), whatever ccManager.enabled says.
+    assert not any("k8s-cc-manager" in s for s, c in sources(images))
 
 
 def test_sandbox_on_with_container_nodes_keeps_the_container_operands(defaults):
@@ -152,6 +156,29 @@ def test_kata_mode_uses_the_kata_device_plugin_on_passthrough_nodes(defaults):
     found = [s for s, c in sources(images)]
     assert "nvcr.io/nvidia/cloud-native/nvidia-sandbox-device-plugin:v0.0.3" in found
     assert "nvcr.io/nvidia/kubevirt-gpu-device-plugin:v1.5.0" not in found
+
+
+def test_kata_mode_gives_vgpu_nodes_no_device_plugin_and_every_vm_node_the_cc_manager(defaults):
+    values = {"sandboxWorkloads": {"enabled": True, "mode": "kata"},
+              "vgpuManager": {"enabled": True, "repository": "registry.site.example:5000/nvidia", "version": "580.126.20"}}
+    vgpu_only = [{"name": "v", "workload_config": "vm-vgpu", "os_tag": "ubuntu22.04"}]
+    images, problems = plan(defaults, values, nodes=vgpu_only, os_tags=())
+    assert problems == []
+    found = dict(sources(images))
+    assert "nvcr.io/nvidia/kubevirt-gpu-device-plugin:v1.5.0" not in found
+    assert "nvcr.io/nvidia/cloud-native/nvidia-sandbox-device-plugin:v0.0.3" not in found
+    assert found["nvcr.io/nvidia/cloud-native/k8s-cc-manager:v0.4.0"] == ["cc-manager"]
+    both = vgpu_only + [{"name": "p", "workload_config": "vm-passthrough"}]
+    found = dict(sources(plan(defaults, values, nodes=both, os_tags=())[0]))
+    assert found["nvcr.io/nvidia/cloud-native/nvidia-sandbox-device-plugin:v0.0.3"] == ["kata-sandbox-device-plugin"]
+    assert "nvcr.io/nvidia/kubevirt-gpu-device-plugin:v1.5.0" not in found
+
+
+def test_kata_device_plugin_switched_off_is_not_planned(defaults):
+    values = {"sandboxWorkloads": {"enabled": True, "mode": "kata", "defaultWorkload": "vm-passthrough"},
+              "kataSandboxDevicePlugin": {"enabled": False}}
+    found = [s for s, c in sources(plan(defaults, values)[0])]
+    assert not any("sandbox-device-plugin" in s or "kubevirt-gpu-device-plugin" in s for s in found)
 
 
 def test_an_enabled_operand_without_an_image_is_a_plan_problem(defaults):

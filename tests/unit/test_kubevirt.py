@@ -252,3 +252,66 @@ def test_malformed_ownership_annotation_names_the_kubevirt_cr():
     obj["metadata"]["annotations"][kv.OWNED_DEVICES_ANNOTATION] = "nvidia.com/GA102GL_A10"
     with pytest.raises(ValueError, match="KubeVirt kubevirt/kubevirt: annotation gpuplatform.rke2/owned-host-devices"):
         kv.plan_devices(obj, desired())
+
+
+# ---------------------------------------------------------------- issue 15: names and vGPU configs
+
+GH200 = {"pci_vendor_selector": "10DE:2342", "pci_device_name": "GH100 [GH200 120GB / 480GB]", "memory_gb": 96}
+A800 = {"pci_vendor_selector": "10DE:20F5", "pci_device_name": "GA100 [A800-SXM4-80GB]", "memory_gb": 80}
+# The vGPU device manager's configs (parsed vgpu-configs of its ConfigMap): a profile-named
+# config, the default config with a per-card entry, and a custom name.
+VGPU_CONFIGS = {
+    "A10-12Q": [{"devices": "all", "vgpu-devices": {"A10-12Q": 2}}],
+    "default": [{"device-filter": "0x223610DE", "devices": "all", "vgpu-devices": {"A10-4Q": 6}},
+                {"device-filter": "0x1DB110DE", "devices": "all", "vgpu-devices": {"V100X-8Q": 2}}],
+    "inference": [{"devices": "all", "vgpu-devices": {"A10-6Q": 4}}],
+}
+
+
+def test_passthrough_resource_names_are_get_device_names():
+    models = {"GH200": GH200, "A800": A800, "A10": A10}
+    nodes = [{"name": "p%d" % i, "workload_config": "vm-passthrough", "gpu_model": m}
+             for i, m in enumerate(("GH200", "A800", "A10"))]
+    assert kv.validate(models, nodes) == []
+    assert [(e["pciVendorSelector"], e["resourceName"]) for e in kv.permitted_host_devices(models, nodes)[
+        "pciHostDevices"]] == [("10DE:2236", "nvidia.com/GA102GL_A10"), ("10DE:20F5", "nvidia.com/GA100_A800SXM480GB"),
+                               ("10DE:2342", "nvidia.com/GH100_GH200_120GB___480GB")]
+
+
+def test_a_vgpu_config_name_is_resolved_through_the_device_managers_configmap():
+    nodes = [{"name": "v1", "workload_config": "vm-vgpu", "gpu_model": "A10", "vgpu_config": "inference"},
+             {"name": "v2", "workload_config": "vm-vgpu", "gpu_model": "A10", "vgpu_config": "default"},
+             {"name": "v3", "workload_config": "vm-vgpu", "gpu_model": "A10", "vgpu_config": "A10-12Q"}]
+    assert kv.validate(MODELS, nodes, VGPU_CONFIGS) == []
+    mediated = kv.permitted_host_devices(MODELS, nodes, VGPU_CONFIGS)["mediatedDevices"]
+    # default picks the A10's entry (its PCI id), not the V100's.
+    assert [(e["mdevNameSelector"], e["resourceName"]) for e in mediated] == [
+        ("NVIDIA A10-12Q", "nvidia.com/NVIDIA_A10-12Q"), ("NVIDIA A10-4Q", "nvidia.com/NVIDIA_A10-4Q"),
+        ("NVIDIA A10-6Q", "nvidia.com/NVIDIA_A10-6Q")]
+
+
+def test_a_vgpu_config_the_configmap_lacks_is_refused_naming_the_configmap():
+    nodes = [{"name": "v", "host": "gpu07", "workload_config": "vm-vgpu", "gpu_model": "A10", "vgpu_config": "A10-8Q"}]
+    (error,) = kv.validate(MODELS, nodes, VGPU_CONFIGS, configmap="gpu-operator/site-vgpu-configs")
+    assert error.startswith("host gpu07: gpu_vgpu_config 'A10-8Q': nvidia.com/vgpu.config=A10-8Q: the vGPU device "
+                            "manager's ConfigMap gpu-operator/site-vgpu-configs has no config 'A10-8Q'")
+    assert kv.permitted_host_devices(MODELS, nodes, VGPU_CONFIGS)["mediatedDevices"] == []
+    # A config without an entry for the host's card creates nothing there.
+    v100_only = {"v100": [{"device-filter": "0x1DB110DE", "devices": "all", "vgpu-devices": {"V100X-8Q": 2}}]}
+    nodes[0]["vgpu_config"] = "v100"
+    assert kv.validate(MODELS, nodes, v100_only) == [
+        "host gpu07: gpu_vgpu_config 'v100': config 'v100' of ConfigMap default-vgpu-devices-config creates no "
+        "vGPU device on the A10 (10de:2236)"]
+
+
+def test_a_config_name_without_the_configmap_cannot_be_permitted_but_a_profile_can():
+    nodes = [{"name": "v", "workload_config": "vm-vgpu", "vgpu_config": "inference"}]
+    (error,) = kv.validate(MODELS, nodes)
+    assert "not a vGPU profile (like A10-12Q) but a config name of the vGPU device manager's ConfigMap " \
+           "default-vgpu-devices-config, which is not known here" in error
+    assert kv.permitted_host_devices(MODELS, nodes)["mediatedDevices"] == []
+    assert kv.validate(MODELS, NODES) == [] and kv.permitted_host_devices(MODELS, NODES)["mediatedDevices"] == [VGPU]
+
+
+def test_a_mig_backed_profile_is_of_its_board():
+    assert kv.profile_model("A100-1-5C") == "A100" and kv.profile_model("A10-12Q") == "A10"

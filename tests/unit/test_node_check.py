@@ -28,11 +28,19 @@ TAINT = {"key": "dedicated", "value": "training", "effect": "NoSchedule"}
 
 # ---------------------------------------------------------------- builders
 
-def node(name, config=None, gpu=True, labels=None, allocatable=None, taints=None):
-    """A node as the API returns it; ``config`` sets the workload config label."""
+def operator_labels(config, labels=None):
+    """The deploy labels the operator leaves on a GPU node of ``config`` (all "true")."""
+    return om.deploy_labels_for(config, labels or {}, om.policy())
+
+
+def node(name, config=None, gpu=True, labels=None, allocatable=None, taints=None, labelled_as=None):
+    """A node as the API returns it; ``config`` sets the workload config label. A GPU node
+    carries the deploy labels the operator writes for ``labelled_as`` (default: ``config``,
+    else container), under ``labels``."""
     node_labels = {"kubernetes.io/hostname": name}
     if gpu:
         node_labels.update({om.NFD_GPU_LABELS[0]: "true", om.GPU_PRESENT_LABEL: "true"})
+        node_labels.update(operator_labels(labelled_as or config or om.CONTAINER, labels))
     if config:
         node_labels[om.WORKLOAD_CONFIG_LABEL] = config
     node_labels.update(labels or {})
@@ -155,13 +163,16 @@ def test_nodes_come_out_in_name_order():
 # ---------------------------------------------------------------- missing-operand
 
 def test_node_added_after_daemonsets_settled_is_missing_every_operand():
-    # The operator has not labelled it yet and no DaemonSet targets it: DaemonSet counts
-    # would not include it at all.
-    nodes = [container_node("old"), node("new", labels={}, allocatable={})]
+    # NFD found the GPU, the operator has not labelled the node yet and no DaemonSet targets
+    # it: DaemonSet counts would not include it at all.
+    nodes = [container_node("old"), node("new", gpu=False, labels={om.NFD_GPU_LABELS[0]: "true"}, allocatable={})]
     result = evaluate(nodes, pods_for("old", CONTAINER_CHAIN))
     new = result["nodes"]["new"]
     assert new["expected_operands"] == CONTAINER_CHAIN
-    assert new["not_running"] == dict((name, "no pod") for name in CONTAINER_CHAIN)
+    assert new["unlabelled_operands"] == CONTAINER_CHAIN
+    assert new["not_running"]["driver"] == (
+        "nvidia.com/gpu.deploy.driver is absent: the operator has not labelled this GPU node yet (no "
+        "nvidia.com/gpu.present=true); it does on its next reconcile, so check that the gpu-operator pod runs")
     assert [f["operand"] for f in findings(result, nc.MISSING_OPERAND)] == CONTAINER_CHAIN
     assert all(f["node"] == "new" and f["severity"] == nc.ERROR for f in findings(result, nc.MISSING_OPERAND))
     assert new["ok"] is False and result["nodes"]["old"]["ok"] is True
@@ -220,6 +231,82 @@ def test_init_container_failure_is_reported_like_kubectl():
     assert nc.pod_status_reason(p) == "Init:1/2"
 
 
+def init_pod(operand_name, node_name, steps, at, state=None):
+    """A pod of ``operand_name`` in its init containers ``steps``: those before ``at`` done,
+    ``at`` in ``state`` (running by default)."""
+    p = pod(operand_name, node_name, phase="Pending", suffix="init")
+    statuses = []
+    for index, name in enumerate(steps):
+        if index < steps.index(at):
+            statuses.append({"name": name, "ready": True, "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}})
+        elif name == at:
+            statuses.append({"name": name, "ready": False, "state": state or {"running": {"startedAt": "2026-11-30T10:00:00Z"}}})
+        else:
+            statuses.append({"name": name, "ready": False, "state": {"waiting": {"reason": "PodInitializing"}}})
+    p["status"]["initContainerStatuses"] = statuses
+    return p
+
+
+VALIDATOR_STEPS = ["driver-validation", "toolkit-validation", "cuda-validation", "plugin-validation"]
+
+
+def test_a_pod_waiting_at_its_gate_names_the_status_file_and_the_validator():
+    # The device plugin does not wait for the toolkit: it waits for toolkit-ready, which only
+    # the operator-validator's toolkit-validation writes. The diagnosis says so, and how the
+    # validator stands; the lowest broken layer is still the toolkit's.
+    pods = pods_for("gpu-1", ["driver"]) + [
+        pod("container-toolkit", "gpu-1", ready=False, waiting="CrashLoopBackOff"),
+        init_pod("operator-validator", "gpu-1", VALIDATOR_STEPS, "toolkit-validation"),
+        init_pod("device-plugin", "gpu-1", ["toolkit-validation", "config-manager-init"], "toolkit-validation"),
+    ]
+    report = evaluate([container_node(allocatable={})], pods)["nodes"]["gpu-1"]
+    assert report["not_running"]["operator-validator"] == (
+        "Init:1/4: toolkit-validation checks the container toolkit, then writes toolkit-ready "
+        "(container-toolkit: CrashLoopBackOff)")
+    assert report["not_running"]["device-plugin"] == (
+        "Init:0/2: toolkit-validation waits for /run/nvidia/validations/toolkit-ready, which operator-validator "
+        "writes (operator-validator: Init:1/4: toolkit-validation checks the container toolkit, then writes "
+        "toolkit-ready)")
+    assert nc.first_broken_layer(report) == {
+        "layer": om.LAYER_RUNTIME, "operand": "container-toolkit", "reason": "CrashLoopBackOff"}
+
+
+def test_a_validator_stuck_in_plugin_validation_has_its_cause_in_the_device_plugin():
+    # The operator-validator turns Ready only once the device plugin advertises GPUs: stuck
+    # there, it names the device plugin, and the diagnosis names the device-plugin layer.
+    pods = pods_for("gpu-1", ["driver", "container-toolkit", "dcgm-exporter", "gpu-feature-discovery"]) + [
+        init_pod("operator-validator", "gpu-1", VALIDATOR_STEPS, "plugin-validation"),
+        pod("device-plugin", "gpu-1", ready=False, waiting="CrashLoopBackOff"),
+    ]
+    report = evaluate([container_node(allocatable={})], pods)["nodes"]["gpu-1"]
+    assert report["not_running"]["operator-validator"] == (
+        "Init:3/4: plugin-validation waits until the node advertises GPUs (device-plugin: CrashLoopBackOff)")
+    first = nc.first_broken_layer(report)
+    assert (first["layer"], first["operand"]) == (om.LAYER_DEVICE_PLUGIN, "device-plugin")
+    assert "operator-validator" not in [f["operand"] for f in report["layer_failures"]]
+
+
+def test_an_init_container_that_fails_is_named():
+    failing = init_pod("gpu-feature-discovery", "gpu-1", ["toolkit-validation", "config-manager-init"],
+                       "config-manager-init", state={"waiting": {"reason": "CrashLoopBackOff"}})
+    pods = pods_for("gpu-1", [n for n in CONTAINER_CHAIN if n != "gpu-feature-discovery"]) + [failing]
+    report = evaluate([container_node()], pods)["nodes"]["gpu-1"]
+    assert report["not_running"] == {"gpu-feature-discovery": "Init:CrashLoopBackOff: config-manager-init"}
+
+
+def test_the_sandbox_gates_name_the_sandbox_validator():
+    pt = node("pt-1", om.VM_PASSTHROUGH, allocatable={})
+    pods = pods_for("pt-1", ["vfio-manager"]) + [
+        init_pod("sandbox-validator", "pt-1", ["cc-manager-validation", "vfio-pci-validation"], "vfio-pci-validation"),
+        init_pod("sandbox-device-plugin", "pt-1", ["vfio-pci-validation", "vgpu-devices-validation"],
+                 "vfio-pci-validation"),
+    ]
+    report = evaluate([pt], pods, sandbox_policy())["nodes"]["pt-1"]
+    assert report["not_running"]["sandbox-device-plugin"].startswith(
+        "Init:0/2: vfio-pci-validation waits for /run/nvidia/validations/vfio-pci-ready, which sandbox-validator "
+        "writes (sandbox-validator: Init:1/2: vfio-pci-validation waits for the GPUs to be bound to vfio-pci")
+
+
 def test_pods_of_other_namespaces_and_other_apps_are_ignored():
     pods = [pod(n, "gpu-1", namespace="elsewhere") for n in CONTAINER_CHAIN]
     workload = pod("driver", "gpu-1")
@@ -246,18 +333,59 @@ def test_selector_by_name_label_finds_vfio_manager():
 
 # ---------------------------------------------------------------- deploy labels
 
+def without_label(obj, operand_name):
+    del obj["metadata"]["labels"][om.deploy_label(operand_name)]
+    return obj
+
+
+ABSENT_DCGM_EXPORTER = (
+    "nvidia.com/gpu.deploy.dcgm-exporter is absent, so its DaemonSet places no pod here, and the operator does not "
+    "put a removed deploy label back (it reconciles a node only when its GPU, MIG, operands or workload-config labels "
+    "change; the next full resync can be hours away). Set nvidia.com/gpu.deploy.dcgm-exporter=true")
+
+
 def test_operand_label_false_versus_absent():
-    # Both keep the DaemonSet's pod off the node; only "false" is a decision. An absent
-    # label is one the operator has yet to set to "true": the operand is expected.
+    # Both keep the DaemonSet's pod off the node. "false" is a decision; an absent label was
+    # removed (the operator writes it on every GPU node) and nothing puts it back soon: the
+    # operand is missing, and the fix is to set "true", not to wait.
     off = container_node("off", labels={om.deploy_label("dcgm-exporter"): om.DEPLOY_FALSE})
-    absent = container_node("absent")
+    absent = without_label(container_node("absent"), "dcgm-exporter")
     chain_without = [n for n in CONTAINER_CHAIN if n != "dcgm-exporter"]
     result = evaluate([off, absent], pods_for("off", chain_without) + pods_for("absent", chain_without))
     assert result["nodes"]["off"]["ok"] is True
     assert "dcgm-exporter" not in result["nodes"]["off"]["expected_operands"]
     assert result["nodes"]["off"]["operand_states"]["dcgm-exporter"] == "off"
-    assert result["nodes"]["absent"]["not_running"] == {"dcgm-exporter": "no pod"}
-    assert codes(result, "absent") == [nc.MISSING_OPERAND]
+    report = result["nodes"]["absent"]
+    assert report["operand_states"]["dcgm-exporter"] == "expected"
+    assert report["unlabelled_operands"] == ["dcgm-exporter"]
+    assert report["not_running"] == {"dcgm-exporter": ABSENT_DCGM_EXPORTER}
+    (finding,) = [f for f in result["findings"] if f["node"] == "absent"]
+    assert (finding["code"], finding["severity"], finding["operand"]) == (nc.MISSING_OPERAND, nc.ERROR, "dcgm-exporter")
+    assert finding["message"] == "dcgm-exporter is not running: " + ABSENT_DCGM_EXPORTER
+    assert report["ok"] is False
+
+
+def test_a_pod_whose_deploy_label_was_removed_is_missing_not_running():
+    # The DaemonSet controller deletes the pod of a node its selector no longer matches: the
+    # pod still Running in the snapshot is on its way out, and the layer is broken.
+    unlabelled = without_label(container_node(), "device-plugin")
+    result = evaluate([unlabelled], pods_for("gpu-1", CONTAINER_CHAIN))
+    report = result["nodes"]["gpu-1"]
+    assert "device-plugin" not in report["running_operands"]
+    assert report["not_running"]["device-plugin"].startswith("nvidia.com/gpu.deploy.device-plugin is absent")
+    assert nc.first_broken_layer(report) == {
+        "layer": om.LAYER_DEVICE_PLUGIN, "operand": "device-plugin", "reason": report["not_running"]["device-plugin"]}
+    assert report["not_running"]["device-plugin"].endswith("Set nvidia.com/gpu.deploy.device-plugin=true")
+
+
+def test_an_absent_mig_manager_label_is_one_the_operator_restores():
+    # The one deploy label whose absence makes the operator reconcile the node (on a
+    # MIG-capable GPU): missing for now, but no hand fix needed.
+    mig = without_label(container_node(labels={om.MIG_CAPABLE_LABEL: "true"}), "mig-manager")
+    result = evaluate([mig], pods_for("gpu-1", CONTAINER_CHAIN))
+    assert result["nodes"]["gpu-1"]["not_running"] == {"mig-manager": (
+        "nvidia.com/gpu.deploy.mig-manager is absent: the operator sets it again on its next reconcile of this "
+        "MIG-capable node")}
 
 
 def test_pod_of_a_switched_off_operand_is_unexpected():
@@ -269,6 +397,8 @@ def test_pod_of_a_switched_off_operand_is_unexpected():
 
 
 def test_preinstalled_driver_satisfies_the_chain():
+    # driver.enabled=true; k8s-driver-manager found a working host driver on this node and
+    # wrote pre-installed: the driver DaemonSet leaves it, the host driver stands in.
     labelled = container_node(labels={om.deploy_label("driver"): om.DEPLOY_PRE_INSTALLED})
     result = evaluate([labelled], pods_for("gpu-1", CONTAINER_CHAIN[1:]))
     report = result["nodes"]["gpu-1"]
@@ -284,9 +414,14 @@ def test_driver_pod_on_a_preinstalled_node_is_unexpected():
 
 
 def test_driver_disabled_cluster_wide_host_driver_satisfies_the_chain():
-    result = evaluate([container_node()], pods_for("gpu-1", CONTAINER_CHAIN[1:]), policy(driver_enabled=False))
+    # driver.enabled=false: no driver DaemonSet, and deploy.driver stays "true" (the operator
+    # never writes pre-installed): the label says nothing here, the policy decides.
+    nodes = [container_node()]
+    assert nodes[0]["metadata"]["labels"][om.deploy_label("driver")] == om.DEPLOY_TRUE
+    result = evaluate(nodes, pods_for("gpu-1", CONTAINER_CHAIN[1:]), policy(driver_enabled=False))
     assert result["findings"] == []
     assert result["nodes"]["gpu-1"]["operand_states"]["driver"] == "host"
+    assert result["nodes"]["gpu-1"]["unlabelled_operands"] == []
 
 
 def test_driver_pod_while_driver_disabled_is_unexpected():
@@ -387,7 +522,8 @@ def test_sandbox_device_plugin_without_vfio_manager_is_an_order_violation():
 # ---------------------------------------------------------------- workload label
 
 def test_sandbox_disabled_vm_label_is_ignored():
-    vm = container_node("vm-1", config=om.VM_PASSTHROUGH)
+    # The operator labels it as what it runs: a container node.
+    vm = container_node("vm-1", config=om.VM_PASSTHROUGH, labelled_as=om.CONTAINER)
     result = evaluate([vm], pods_for("vm-1", CONTAINER_CHAIN))
     report = result["nodes"]["vm-1"]
     assert report["workload_config"] == om.CONTAINER
@@ -404,7 +540,7 @@ def test_container_label_with_sandbox_disabled_is_not_ignored():
 
 
 def test_unknown_workload_label_falls_back_to_the_default_workload():
-    bogus = node("gpu-1", "vm-bogus", allocatable={A10_PASSTHROUGH: 2})
+    bogus = node("gpu-1", "vm-bogus", allocatable={A10_PASSTHROUGH: 2}, labelled_as=om.VM_PASSTHROUGH)
     result = evaluate([bogus], pods_for("gpu-1", ["vfio-manager", "sandbox-validator", "sandbox-device-plugin"]),
                       sandbox_policy(default_workload=om.VM_PASSTHROUGH))
     report = result["nodes"]["gpu-1"]
@@ -482,22 +618,164 @@ def test_cpu_node_advertising_gpus_is_a_warning():
     assert result["nodes"]["cpu-1"]["ok"] is True
 
 
+# ---------------------------------------------------------------- paused operands
+
+MIG_PAUSED = ["device-plugin", "dcgm-exporter", "gpu-feature-discovery"]
+
+
+def test_paused_operands_are_paused_not_switched_off_and_not_errors():
+    # mig-parted pauses the device plugin, GFD and dcgm* while it repartitions the GPUs:
+    # their pods leave, the GPUs go away for a while, and the labels come back to "true".
+    labels = dict((om.deploy_label(n), "paused-for-mig-change") for n in MIG_PAUSED)
+    paused = container_node(labels=labels, allocatable={})
+    result = evaluate([paused], pods_for("gpu-1", ["driver", "container-toolkit", "operator-validator"]))
+    report = result["nodes"]["gpu-1"]
+    assert [report["operand_states"][n] for n in MIG_PAUSED] == [nc.PAUSED] * 3
+    assert report["expected_operands"] == CONTAINER_CHAIN
+    assert report["paused_operands"] == dict((n, "paused-for-mig-change") for n in MIG_PAUSED)
+    assert report["not_running"]["device-plugin"] == (
+        "paused: nvidia.com/gpu.deploy.device-plugin=paused-for-mig-change (mig-parted is applying a MIG "
+        "configuration; it sets the label back to true when done)")
+    (finding,) = result["findings"]
+    assert (finding["code"], finding["severity"]) == (nc.OPERAND_PAUSED, nc.WARNING)
+    assert finding["message"] == (
+        "paused, not switched off: device-plugin, dcgm-exporter, gpu-feature-discovery "
+        "(nvidia.com/gpu.deploy.<operand>=paused-for-mig-change: mig-parted is applying a MIG configuration); the "
+        "labels go back to true when that is done, and the operands return")
+    # Nothing advertised while the device plugin is paused is no broken layer either.
+    assert report["layer_failures"] == [] and report["ok"] is True
+
+
+def test_a_paused_toolkit_is_paused_not_provided_by_the_host():
+    # The model reads any value but "true" on the toolkit's label as "the host runtime
+    # stands in"; a driver upgrade's pause is not that.
+    labels = dict((om.deploy_label(n), "paused-for-driver-upgrade")
+                  for n in ["container-toolkit", "operator-validator", "device-plugin", "dcgm-exporter",
+                            "gpu-feature-discovery"])
+    result = evaluate([container_node(labels=labels, allocatable={})], [])
+    report = result["nodes"]["gpu-1"]
+    assert report["operand_states"]["container-toolkit"] == nc.PAUSED
+    assert report["paused_operands"]["container-toolkit"] == "paused-for-driver-upgrade"
+    # The driver's own pod is being replaced: that one is missing.
+    assert [(f["code"], f.get("operand")) for f in result["findings"]] == [
+        (nc.OPERAND_PAUSED, None), (nc.MISSING_OPERAND, "driver")]
+    assert "k8s-driver-manager is upgrading the driver" in result["findings"][0]["message"]
+
+
+def test_a_paused_operands_leftover_pod_is_neither_unexpected_nor_running_against_order():
+    labels = {om.deploy_label("device-plugin"): "paused-for-mig-change"}
+    pods = pods_for("gpu-1", CONTAINER_CHAIN)
+    result = evaluate([container_node(labels=labels)], pods)
+    assert codes(result) == [nc.OPERAND_PAUSED]
+
+
+def test_a_pause_value_on_an_operand_disabled_in_the_policy_stays_disabled():
+    labels = {om.deploy_label("dcgm"): "paused-for-driver-upgrade"}
+    report = evaluate([container_node(labels=labels)], pods_for("gpu-1", CONTAINER_CHAIN))["nodes"]["gpu-1"]
+    assert report["operand_states"]["dcgm"] == "disabled" and report["paused_operands"] == {}
+
+
+# ---------------------------------------------------------------- vGPU config state
+
+def vgpu_node(state, config="A10-12Q", allocatable=None):
+    labels = {om.VGPU_CONFIG_STATE_LABEL: state}
+    if config:
+        labels[om.VGPU_CONFIG_LABEL] = config
+    return node("vgpu-1", om.VM_VGPU, labels=labels, allocatable={A10_12Q: 4} if allocatable is None else allocatable)
+
+
+VGPU_PODS = ["vgpu-device-manager", "sandbox-validator", "sandbox-device-plugin"]
+
+
+def test_a_failed_vgpu_config_is_an_error_on_that_node():
+    result = evaluate([vgpu_node("failed")], pods_for("vgpu-1", VGPU_PODS), sandbox_policy())
+    report = result["nodes"]["vgpu-1"]
+    (finding,) = result["findings"]
+    assert (finding["code"], finding["severity"], finding["operand"]) == (nc.VGPU_CONFIG, nc.ERROR, "vgpu-device-manager")
+    assert finding["message"].startswith(
+        "nvidia.com/vgpu.config.state=failed: the vGPU device manager could not apply nvidia.com/vgpu.config=A10-12Q "
+        "on this node")
+    assert report["vgpu_config_state"] == "failed" and report["ok"] is False
+    assert nc.first_broken_layer(report)["operand"] == "vgpu-device-manager"
+
+
+def test_a_pending_vgpu_config_is_not_done_yet():
+    result = evaluate([vgpu_node("pending", config=None, allocatable={})], pods_for("vgpu-1", VGPU_PODS),
+                      sandbox_policy())
+    report = result["nodes"]["vgpu-1"]
+    assert report["vgpu_config_state"] == "pending"
+    vgpu = findings(result, nc.VGPU_CONFIG)[0]
+    assert (vgpu["severity"], vgpu["message"]) == (nc.WARNING, (
+        "nvidia.com/vgpu.config.state=pending: the vGPU device manager has not applied its default vGPU config "
+        "(no nvidia.com/vgpu.config) yet"))
+    # No vGPU advertised yet is part of not being done, not a fault of its own.
+    assert codes(result) == [nc.VGPU_CONFIG] and report["ok"] is True
+
+
+def test_a_vgpu_config_name_that_is_no_profile_is_not_read_as_one():
+    # "default" (or a custom name) is a config of the vGPU device manager's ConfigMap: it
+    # does not name the type the node advertises.
+    custom = vgpu_node("success", config="default")
+    assert evaluate([custom], pods_for("vgpu-1", VGPU_PODS), sandbox_policy())["findings"] == []
+
+
+def test_a_successful_vgpu_config_says_nothing():
+    assert evaluate([vgpu_node("success")], pods_for("vgpu-1", VGPU_PODS), sandbox_policy())["findings"] == []
+
+
 # ---------------------------------------------------------------- taints
 
-def test_untolerated_taint_leaves_the_node_missing_not_uncounted():
+TAINT_FIXES = (
+    "either add a toleration to the chart's daemonsets.tolerations (gpu_operator_extra_values; for example "
+    "{key: dedicated, operator: Exists, effect: NoSchedule}, keeping the default one for nvidia.com/gpu), or take "
+    "the node out of the GPU layer (gpu_node_isolated: true in the inventory, which sets "
+    "nvidia.com/gpu.deploy.operands=false)")
+
+
+def test_untolerated_taint_is_an_error_naming_the_taint_and_both_fixes():
+    # The taint leaves the node out of desiredNumberScheduled: nothing but this check says
+    # that a GPU node has no operands. Without a decision to leave it out, it is broken.
     tainted = container_node(allocatable={}, taints=[TAINT])
     result = evaluate([tainted], [])
     report = result["nodes"]["gpu-1"]
-    assert codes(result)[0] == nc.UNTOLERATED_TAINT
-    # A reserved node: named, its operands listed as missing, but warnings and no broken layer.
-    assert result["findings"][0]["severity"] == nc.WARNING
+    taint = result["findings"][0]
+    assert (taint["code"], taint["severity"]) == (nc.UNTOLERATED_TAINT, nc.ERROR)
+    assert taint["message"] == (
+        "taint dedicated=training:NoSchedule is not tolerated by the operand DaemonSets: their pods will never be "
+        "placed on this GPU node, so it has no GPU operands: " + TAINT_FIXES)
     assert report["untolerated_taints"] == ["dedicated=training:NoSchedule"]
     assert report["expected_operands"] == list(CONTAINER_CHAIN)
     assert report["not_running"]["driver"] == "no pod: taint dedicated=training:NoSchedule not tolerated"
     missing = findings(result, nc.MISSING_OPERAND)
-    assert len(missing) == len(CONTAINER_CHAIN)
-    assert set(f["severity"] for f in missing) == {nc.WARNING}
-    assert report["layer_failures"] == [] and report["ok"] is True
+    assert [f["operand"] for f in missing] == CONTAINER_CHAIN
+    assert set(f["severity"] for f in missing) == {nc.ERROR}
+    assert nc.first_broken_layer(report) == {
+        "layer": om.LAYER_DRIVER, "operand": "driver", "reason": "no pod: taint dedicated=training:NoSchedule not tolerated"}
+    assert report["ok"] is False
+
+
+def test_a_tainted_node_isolated_by_its_label_is_ok():
+    isolated = container_node(allocatable={}, taints=[TAINT], labels={om.OPERANDS_LABEL: om.DEPLOY_FALSE})
+    result = evaluate([isolated], [])
+    assert result["findings"] == [] and result["nodes"]["gpu-1"]["ok"] is True
+
+
+def test_a_tainted_node_the_inventory_isolates_is_a_warning_until_labelled():
+    # gpu_node_isolated in the inventory is the decision; the labels role has not set
+    # deploy.operands=false yet. Missing operands are reported, not errors.
+    tainted = container_node(allocatable={}, taints=[TAINT])
+    result = nc.evaluate([tainted], [], policy(), isolated_nodes=["gpu-1"])
+    report = result["nodes"]["gpu-1"]
+    assert report["ok"] is True and report["layer_failures"] == []
+    assert set(f["severity"] for f in result["findings"]) == {nc.WARNING}
+    taint = findings(result, nc.UNTOLERATED_TAINT)[0]
+    assert taint["message"] == (
+        "taint dedicated=training:NoSchedule is not tolerated by the operand DaemonSets, and the inventory leaves the "
+        "node out of the GPU layer (gpu_node_isolated), but it lacks nvidia.com/gpu.deploy.operands=false: run the "
+        "gpu_node_labels role")
+    # Only the taint is excused: a node the inventory isolates is not one the check ignores.
+    other = container_node("gpu-2", allocatable={})
+    assert nc.evaluate([other], [], policy(), isolated_nodes=["gpu-1"])["nodes"]["gpu-2"]["ok"] is False
 
 
 def test_operand_pod_stuck_on_a_tainted_node_is_still_an_error():
@@ -530,10 +808,23 @@ def test_daemonset_tolerations_in_the_input_are_used():
 
 
 def test_taint_added_after_the_pods_run_is_a_warning():
+    # NoSchedule evicts nothing: the node has its operands now, and loses each one for good
+    # once its pod is deleted.
     result = evaluate([container_node(taints=[TAINT])], pods_for("gpu-1", CONTAINER_CHAIN))
     (finding,) = result["findings"]
     assert (finding["code"], finding["severity"]) == (nc.UNTOLERATED_TAINT, nc.WARNING)
+    assert finding["message"].endswith("will not be placed here again once deleted; " + TAINT_FIXES)
     assert result["nodes"]["gpu-1"]["ok"] is True
+
+
+def test_a_taint_that_keeps_one_operand_off_is_an_error_for_that_one():
+    pods = pods_for("gpu-1", [n for n in CONTAINER_CHAIN if n != "dcgm-exporter"])
+    tolerations = list(om.DEFAULT_OPERAND_TOLERATIONS) + [{"key": "dedicated", "operator": "Exists"}]
+    daemonsets = [daemonset(name, tolerations) for name in CONTAINER_CHAIN if name != "dcgm-exporter"]
+    result = evaluate([container_node(taints=[TAINT])], pods, daemonsets=daemonsets)
+    assert [(f["code"], f["severity"], f.get("operand")) for f in result["findings"]] == [
+        (nc.UNTOLERATED_TAINT, nc.ERROR, None), (nc.MISSING_OPERAND, nc.ERROR, "dcgm-exporter")]
+    assert "the DaemonSets of dcgm-exporter" in result["findings"][0]["message"]
 
 
 def test_taint_on_a_cpu_node_is_not_a_finding():
@@ -642,17 +933,26 @@ def test_check_on_the_lab_snapshot():
     result = nc.check(snapshot, nc.policy_from_inputs(snapshot["clusterpolicies"], {}, snapshot["daemonsets"]))
     assert result["policy"]["sandbox_workloads_enabled"] is True
     bad = sorted(name for name, report in result["nodes"].items() if not report["ok"])
-    assert bad == ["gpu-container-2"]
+    # The tainted node has a GPU and no operands, and nothing decided to leave it out.
+    assert bad == ["gpu-container-2", "gpu-tainted-1"]
     assert result["nodes"]["gpu-container-2"]["codes"] == [nc.MISSING_OPERAND, nc.ORDER_VIOLATION]
     assert result["nodes"]["gpu-tainted-1"]["codes"] == [nc.UNTOLERATED_TAINT, nc.MISSING_OPERAND]
     summary = result["summary"]
-    assert (summary["nodes"], summary["gpu_nodes"], summary["ok_nodes"], summary["warnings"]) == (6, 5, 5, 7)
-    assert summary["errors"] == 5
+    assert (summary["nodes"], summary["gpu_nodes"], summary["ok_nodes"], summary["warnings"]) == (6, 5, 4, 0)
+    assert summary["errors"] == 12
     assert summary["by_code"] == {nc.MISSING_OPERAND: 7, nc.ORDER_VIOLATION: 4, nc.UNTOLERATED_TAINT: 1}
     message = nc.failure_message(result)
-    assert message.startswith("5 error findings on 1 of 6 nodes: ")
+    assert message.startswith("12 error findings on 2 of 6 nodes: ")
     assert "gpu-container-2 (missing-operand, order-violation)" in message
-    assert "gpu-tainted-1" not in message
+    assert "gpu-tainted-1 (untolerated-taint, missing-operand)" in message
+
+
+def test_check_on_the_lab_snapshot_with_the_tainted_node_isolated_by_the_inventory():
+    snapshot = lab_snapshot()
+    result = nc.check(snapshot, nc.policy_from_inputs(snapshot["clusterpolicies"], {}, snapshot["daemonsets"]),
+                      isolated_nodes=["gpu-tainted-1"])
+    assert result["nodes"]["gpu-tainted-1"]["ok"] is True
+    assert (result["summary"]["errors"], result["summary"]["warnings"]) == (5, 7)
 
 
 def test_check_limits_the_report_to_named_nodes():
@@ -694,8 +994,15 @@ def test_module_fails_on_error_findings_naming_nodes_and_codes(capsys):
     result = module_result(capsys, {"snapshot": [LAB_SNAPSHOT]})
     assert result["failed"] is True and result["changed"] is False
     assert "gpu-container-2 (missing-operand, order-violation)" in result["msg"]
-    assert "gpu-tainted-1" not in result["msg"]
+    assert "gpu-tainted-1 (untolerated-taint, missing-operand)" in result["msg"]
     assert len(result["findings"]) == 12
+
+
+def test_module_takes_the_nodes_the_inventory_isolates(capsys):
+    result = module_result(capsys, {"snapshot": [LAB_SNAPSHOT], "isolated_nodes": ["gpu-tainted-1"]})
+    assert result["failed"] is True
+    assert "gpu-tainted-1" not in result["msg"]
+    assert result["nodes"]["gpu-tainted-1"]["ok"] is True
 
 
 def test_module_reports_without_failing_and_runs_in_check_mode(capsys):
@@ -829,7 +1136,7 @@ def test_live_mode_reads_every_page(fake_cluster):
     result = gpu_node_check.run({"fail_on_findings": True, "sandbox_workloads_enabled": True})
     assert sorted(result["nodes"]) == sorted(n["metadata"]["name"] for n in fake_cluster["nodes"])
     assert ("nodes", "5") in FakeApi.calls and ("pods/gpu-operator", "17") in FakeApi.calls
-    assert [r["node"] for r in result["nodes"].values() if not r["ok"]] == ["gpu-container-2"]
+    assert [r["node"] for r in result["nodes"].values() if not r["ok"]] == ["gpu-container-2", "gpu-tainted-1"]
     assert FakeClient.closed
 
 
@@ -874,7 +1181,9 @@ def test_cli_prints_a_table_and_fails_on_error_findings():
     assert [line.split()[0] for line in lines[1:7]] == [
         "cpu-1", "gpu-container-1", "gpu-container-2", "gpu-passthrough-1", "gpu-tainted-1", "gpu-vgpu-1"]
     assert "error   gpu-container-2 order-violation: device-plugin runs while container-toolkit" in proc.stdout
-    assert lines[-1] == "6 nodes (5 GPU), 5 ok; 5 errors, 7 warnings"
+    assert lines[-1] == "6 nodes (5 GPU), 4 ok; 12 errors, 0 warnings"
+    proc = run_cli("--snapshot", LAB_SNAPSHOT, "--isolated-node", "gpu-tainted-1")
+    assert proc.stdout.splitlines()[-1] == "6 nodes (5 GPU), 5 ok; 5 errors, 7 warnings"
 
 
 def test_cli_json_is_the_module_result():

@@ -162,7 +162,7 @@ def test_removing_every_variable_removes_the_annotation_too():
 
 
 def test_a_foreign_label_with_the_same_key_but_not_desired_is_untouched():
-    # The operator put deploy.driver=pre-installed there; the inventory says nothing about it.
+    # k8s-driver-manager put deploy.driver=pre-installed there; the inventory says nothing about it.
     obj = node_obj(labels={om.DEPLOY_LABEL_PREFIX + "driver": "pre-installed"}, owned=[])
     plan = nl.plan_labels(obj, {om.WORKLOAD_CONFIG_LABEL: "container"})
     assert [c["key"] for c in plan["changes"]] == [om.WORKLOAD_CONFIG_LABEL]
@@ -199,6 +199,17 @@ def test_someone_elses_value_is_refused_unless_adopt_existing():
     assert plan["owned"] == [om.VGPU_CONFIG_LABEL]
 
 
+def test_preinstalled_is_taken_over_on_the_drivers_label_only():
+    # k8s-driver-manager writes it on deploy.driver where the host driver works; nobody
+    # writes it anywhere else, so elsewhere it is someone's choice.
+    driver, dcgm = om.deploy_label("driver"), om.deploy_label("dcgm-exporter")
+    assert nl.operator_written(driver, om.DEPLOY_PRE_INSTALLED)
+    assert not nl.operator_written(dcgm, om.DEPLOY_PRE_INSTALLED)
+    plan = nl.plan_labels(node_obj(labels={driver: om.DEPLOY_PRE_INSTALLED}), {driver: "false"})
+    assert plan["refusals"] == [] and plan["changes"][0]["after"] == "false"
+    assert nl.plan_labels(node_obj(labels={dcgm: om.DEPLOY_PRE_INSTALLED}), {dcgm: "false"})["refusals"]
+
+
 def test_isolation_label_is_not_an_operator_default():
     obj = node_obj(labels={om.OPERANDS_LABEL: "true"})
     assert nl.plan_labels(obj, {om.OPERANDS_LABEL: "false"})["refusals"]
@@ -233,6 +244,105 @@ def test_diff_lists_before_and_after_of_changed_keys():
         "before": "nvidia.com/gpu.workload.config=vm-vgpu\nnvidia.com/vgpu.config=A10-12Q\n",
         "after": "nvidia.com/gpu.workload.config=vm-passthrough\n",
     }
+
+
+# ---------------------------------------------------------------- switching an operand back on
+
+DCGM_EXPORTER = om.deploy_label("dcgm-exporter")
+CONTAINER_NODE = {"kubernetes.io/hostname": "gpu-1", om.NFD_GPU_LABELS[0]: "true", om.GPU_PRESENT_LABEL: "true"}
+
+
+def test_an_operand_dropped_from_the_list_is_switched_back_on_with_true():
+    # Removing the false would leave the operand off for hours: the operator does not
+    # reconcile a node when a deploy label goes.
+    obj = settle(node_obj(labels=dict(CONTAINER_NODE, **{DCGM_EXPORTER: "true"})), {DCGM_EXPORTER: "false"})
+    assert obj["metadata"]["labels"][DCGM_EXPORTER] == "false"
+    plan = nl.plan_labels(obj, {})
+    assert plan["changes"] == [{"key": DCGM_EXPORTER, "before": "false", "after": "true", "action": "set"}]
+    assert plan["owned"] == []
+    assert nl.label_patch(plan) == {"metadata": {"labels": {DCGM_EXPORTER: "true"},
+                                                 "annotations": {nl.OWNED_LABELS_ANNOTATION: None}}}
+    after = settle(obj, {})
+    assert after["metadata"]["labels"][DCGM_EXPORTER] == "true"
+    # "true" is the operator's own value: nothing more to do, nothing owned.
+    assert nl.plan_labels(after, {})["changes"] == []
+
+
+def test_an_operand_of_the_config_the_node_leaves_is_removed_not_switched_on():
+    vfio = om.deploy_label("vfio-manager")
+    desired = {om.WORKLOAD_CONFIG_LABEL: om.VM_PASSTHROUGH, vfio: "false"}
+    obj = settle(node_obj(labels=dict(CONTAINER_NODE)), desired, policy_=SANDBOX_ON)
+    plan = nl.plan_labels(obj, {om.WORKLOAD_CONFIG_LABEL: om.CONTAINER}, policy_=SANDBOX_ON)
+    # The operator drops the labels of the old config itself; "true" there would place a
+    # vfio-manager pod on a container node until it does.
+    assert {"key": vfio, "before": "false", "after": None, "action": "remove"} in plan["changes"]
+
+
+def test_switches_of_a_node_being_isolated_are_removed():
+    obj = settle(node_obj(labels=dict(CONTAINER_NODE)), {DCGM_EXPORTER: "false"})
+    plan = nl.plan_labels(obj, {om.OPERANDS_LABEL: "false"})
+    assert {"key": DCGM_EXPORTER, "before": "false", "after": None, "action": "remove"} in plan["changes"]
+
+
+def test_mig_manager_comes_back_on_only_where_the_gpu_is_mig_capable():
+    mig = om.deploy_label("mig-manager")
+    for capable, after in (("true", "true"), ("false", None)):
+        labels = dict(CONTAINER_NODE, **{om.MIG_CAPABLE_LABEL: capable, mig: "true"})
+        obj = settle(node_obj(labels=labels), {mig: "false"})
+        (change,) = nl.plan_labels(obj, {})["changes"]
+        assert (change["key"], change["after"]) == (mig, after)
+
+
+@pytest.mark.parametrize("validator, files, waiting", [
+    ("operator-validator", "/run/nvidia/validations/toolkit-ready",
+     "device-plugin, mps-control-daemon, gpu-feature-discovery, dcgm, dcgm-exporter, mig-manager"),
+    ("sandbox-validator", "/run/nvidia/validations/vfio-pci-ready, /run/nvidia/validations/vgpu-devices-ready, "
+                          "/run/nvidia/validations/vgpu-manager-ready",
+     "sandbox-device-plugin, vgpu-device-manager"),
+])
+def test_a_validator_cannot_be_switched_off(validator, files, waiting):
+    config = om.CONTAINER if validator == "operator-validator" else om.VM_PASSTHROUGH
+    errors, _warnings = nl.validate_nodes([{"host": "gpu01", "name": "gpu01", "workload_config": config,
+                                            "operands_disabled": [validator]}], SANDBOX_ON)
+    assert errors == [
+        "host gpu01: gpu_operands_disabled lists %r, which is refused: the validator is a gate, not a leaf. It writes "
+        "%s, which %s wait for in their init containers; they keep running now, but after the node's next reboot "
+        "(/run starts empty) they hang in Init. Remove it from gpu_operands_disabled; to take the node out of the "
+        "GPU layer, set gpu_node_isolated: true" % (validator, files, waiting)]
+
+
+def test_an_operand_without_a_deploy_label_of_its_own_cannot_be_switched_off():
+    errors, _warnings = nl.validate_nodes([{"host": "gpu01", "name": "gpu01", "workload_config": "container",
+                                            "operands_disabled": ["mps-control-daemon"]}], SANDBOX_ON)
+    assert errors == ["host gpu01: gpu_operands_disabled lists 'mps-control-daemon', which has no deploy label of its "
+                      "own (its DaemonSet selects nvidia.com/gpu.deploy.device-plugin): switching it off would switch "
+                      "that off too"]
+
+
+# ---------------------------------------------------------------- paused labels
+
+def test_a_paused_label_is_left_alone_without_a_refusal():
+    obj = node_obj(labels=dict(CONTAINER_NODE, **{DCGM_EXPORTER: "paused-for-driver-upgrade"}))
+    plan = nl.plan_labels(obj, {DCGM_EXPORTER: "false"}, where="host gpu01")
+    assert plan["changes"] == [] and plan["refusals"] == [] and plan["owned"] == []
+    assert nl.label_patch(plan) is None
+    assert plan["deferred"] == [
+        "host gpu01: label nvidia.com/gpu.deploy.dcgm-exporter=paused-for-driver-upgrade on node gpu-1 is left alone: "
+        "k8s-driver-manager is upgrading the driver, and it sets the label back to true when done. The inventory "
+        "wants 'false'; run again once that is done"]
+    # Back to true after the upgrade: taken over as usual.
+    obj["metadata"]["labels"][DCGM_EXPORTER] = "true"
+    assert nl.plan_labels(obj, {DCGM_EXPORTER: "false"})["changes"][0]["after"] == "false"
+
+
+def test_an_owned_label_that_is_paused_stays_owned_and_untouched():
+    obj = settle(node_obj(labels=dict(CONTAINER_NODE)), {DCGM_EXPORTER: "false"})
+    obj["metadata"]["labels"][DCGM_EXPORTER] = "paused-for-mig-change"
+    for desired in ({DCGM_EXPORTER: "false"}, {}):
+        plan = nl.plan_labels(obj, desired)
+        assert plan["changes"] == [] and plan["owned"] == [DCGM_EXPORTER] and len(plan["deferred"]) == 1
+    assert "mig-parted is applying a MIG configuration" in plan["deferred"][0]
+    assert "The inventory wants the operand on" in plan["deferred"][0]
 
 
 # ---------------------------------------------------------------- workload switches

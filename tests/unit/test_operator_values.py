@@ -7,7 +7,8 @@ import yaml
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operator_values as ov
 from tests.conftest import ROOT
 
-REFERENCE_VALUES = os.path.join(ROOT, "..", "shared", "reference", "gpu-operator-v26.3.2", "values.yaml")
+# The chart's v26.3.2 values.yaml as the role ships it (upstream's file under a comment header).
+REFERENCE_VALUES = os.path.join(ROOT, "roles", "gpu_operator", "files", "gpu-operator-v26.3.2-values.yaml")
 SOCKET = {"name": "CONTAINERD_SOCKET", "value": "/run/k3s/containerd/containerd.sock"}
 
 
@@ -247,6 +248,14 @@ def test_chart_keys_outside_values_yaml_and_free_form_maps_are_accepted(referenc
       "publish it: build it from the vGPU manager package and push it to your registry)"]),
     ([{"name": "gpu-4", "workload_config": "vm"}], {"sandbox_workloads": {"enabled": True}},
      ["gpu_workload_config: host gpu-4 has 'vm', not one of container, vm-passthrough, vm-vgpu"]),
+    # Kata mode gives vm-vgpu nodes no device plugin (isStateEnabled); vm-passthrough is fine.
+    ([{"name": "gpu-5", "workload_config": "vm-vgpu"}, {"name": "gpu-6", "workload_config": "vm-passthrough"}],
+     {"sandbox_workloads": {"enabled": True, "mode": "kata"},
+      "vgpu_manager": {"repository": "r.site/nvidia", "version": "580.126.20"}},
+     ["sandboxWorkloads.mode: kata, but hosts gpu-5 are vm-vgpu nodes: in kata mode the operator runs no device "
+      "plugin on vm-vgpu nodes (the Kata device plugin serves vm-passthrough only), so they would advertise no vGPU"]),
+    ([{"name": "gpu-6", "workload_config": "vm-passthrough"}], {"sandbox_workloads": {"enabled": True, "mode": "kata"}},
+     []),
 ])
 def test_inventory_problems(reference, nodes, overrides, expected):
     assert problems_of(reference, nodes=nodes, **overrides) == expected

@@ -265,7 +265,7 @@ def test_each_node_waits_for_its_chain_in_order():
     assert detail["nodes"]["gpu-1"]["ready"] and detail["nodes"]["gpu-1"]["chain"] == CONTAINER_CHAIN
     stuck = detail["nodes"]["gpu-2"]
     assert (stuck["stuck_at"], stuck["layer"], stuck["reason"]) == ("container-toolkit", om.LAYER_RUNTIME,
-                                                                    "Init:CrashLoopBackOff")
+                                                                    "Init:CrashLoopBackOff: init")
     assert stuck["ready_operands"] == ["driver", "operator-validator", "device-plugin", "dcgm-exporter",
                                        "gpu-feature-discovery"]
     assert detail["steps"][rd.STEP_OPERANDS]["message"] == "1 of 2 nodes run their operand chain"
@@ -279,6 +279,7 @@ def test_a_missing_operand_pod_and_a_validation_operand_are_waited_for():
 
 
 def test_switched_off_operands_and_a_preinstalled_driver_are_not_waited_for():
+    # pre-installed: k8s-driver-manager (driver.enabled=true) found a working host driver.
     switches = {om.deploy_label("driver"): om.DEPLOY_PRE_INSTALLED, om.deploy_label("dcgm-exporter"): "false"}
     node_ = gpu_node("gpu-1", labels=switches)
     chain = ["container-toolkit", "operator-validator", "device-plugin", "gpu-feature-discovery"]
@@ -291,6 +292,102 @@ def test_a_driver_disabled_in_the_clusterpolicy_is_not_waited_for():
     done, detail = rd.operand_readiness_condition(NS)(readiness_cache(
         [gpu_node("gpu-1")], chain_pods("gpu-1", chain), clusterpolicies=[clusterpolicy({"driver": {"enabled": False}})]))
     assert done and detail["nodes"]["gpu-1"]["chain"] == chain
+
+
+def in_init(pod, steps, at):
+    """``pod`` sitting in init container ``at`` of ``steps`` (those before it done)."""
+    pod["status"] = {"phase": "Pending", "initContainerStatuses": [
+        {"name": name, "ready": False,
+         "state": {"terminated": {"exitCode": 0}} if index < steps.index(at) else (
+             {"running": {}} if name == at else {"waiting": {"reason": "PodInitializing"}})}
+        for index, name in enumerate(steps)]}
+    return pod
+
+
+def test_a_rollout_stuck_at_the_validator_names_the_device_plugin_below_it():
+    # The operator-validator turns Ready only once the device plugin advertises GPUs: the
+    # first operand of the chain that is not up is the validator, the cause is lower.
+    validator = in_init(operand_pod("operator-validator", "gpu-1"),
+                        ["driver-validation", "toolkit-validation", "cuda-validation", "plugin-validation"],
+                        "plugin-validation")
+    pods = chain_pods("gpu-1", ["driver", "container-toolkit", "dcgm-exporter", "gpu-feature-discovery"]) + [
+        validator, operand_pod("device-plugin", "gpu-1", waiting="CrashLoopBackOff")]
+    done, detail = rd.operand_readiness_condition(NS)(readiness_cache([gpu_node("gpu-1", gpus=0)], pods))
+    stuck = detail["nodes"]["gpu-1"]
+    assert not done
+    assert (stuck["stuck_at"], stuck["layer"], stuck["reason"]) == (
+        "device-plugin", om.LAYER_DEVICE_PLUGIN, "CrashLoopBackOff")
+    diagnosis = rd.diagnose([gpu_node("gpu-1", gpus=0)], pods, default_policy(), ["gpu-1"], GPU)
+    assert (diagnosis["gpu-1"]["layer"], diagnosis["gpu-1"]["operand"]) == (om.LAYER_DEVICE_PLUGIN, "device-plugin")
+
+
+def test_a_device_plugin_waiting_at_its_gate_is_diagnosed_at_the_gate():
+    # The validator itself cannot start (its image): the device plugin sits in its
+    # toolkit-validation init container waiting for toolkit-ready.
+    plugin = in_init(operand_pod("device-plugin", "gpu-1"), ["toolkit-validation", "config-manager-init"],
+                     "toolkit-validation")
+    pods = chain_pods("gpu-1", ["driver", "container-toolkit"]) + [
+        operand_pod("operator-validator", "gpu-1", init_waiting="ImagePullBackOff"), plugin]
+    detail = rd.operand_readiness_condition(NS)(readiness_cache([gpu_node("gpu-1", gpus=0)], pods))[1]
+    stuck = detail["nodes"]["gpu-1"]
+    assert (stuck["stuck_at"], stuck["layer"]) == ("device-plugin", om.LAYER_DEVICE_PLUGIN)
+    assert stuck["reason"] == (
+        "Init:0/2: toolkit-validation waits for /run/nvidia/validations/toolkit-ready, which operator-validator "
+        "writes (operator-validator: Init:ImagePullBackOff: init)")
+
+
+MIG_CHANGE = dict((om.deploy_label(o), "paused-for-mig-change")
+                  for o in ["device-plugin", "dcgm-exporter", "gpu-feature-discovery"])
+
+
+def test_a_node_whose_operands_are_paused_is_waited_for_not_skipped():
+    paused = gpu_node("gpu-1", gpus=0, labels=MIG_CHANGE)
+    pods = chain_pods("gpu-1", ["driver", "container-toolkit", "operator-validator"])
+    done, detail = rd.operand_readiness_condition(NS)(readiness_cache([paused], pods))
+    assert not done and detail["skipped"] == []
+    stuck = detail["nodes"]["gpu-1"]
+    assert (stuck["ready"], stuck["stuck_at"]) == (False, "device-plugin")
+    assert stuck["reason"].startswith("paused: nvidia.com/gpu.deploy.device-plugin=paused-for-mig-change")
+    # Back to "true", the pods return: the wait ends.
+    back = gpu_node("gpu-1")
+    assert rd.operand_readiness_condition(NS)(readiness_cache([back], chain_pods("gpu-1")))[0]
+    diagnosis = rd.diagnose([paused], pods, default_policy(), ["gpu-1"], GPU)
+    assert diagnosis["gpu-1"]["operand"] == "device-plugin" and diagnosis["gpu-1"]["reason"].startswith("paused: ")
+
+
+def test_allocatable_waits_for_a_paused_node_whatever_it_advertises():
+    # The kubelet may still show the GPUs a paused device plugin registered: they are
+    # about to change (a MIG change) and do not count.
+    paused = gpu_node("gpu-1", gpus=2, labels=MIG_CHANGE)
+    selected, skipped, _missing = rd.select_nodes([paused], GPU, default_policy())
+    assert (selected, skipped) == (["gpu-1"], [])
+    done, detail = rd.allocatable_condition(GPU)(cache(nodes=[paused]))
+    assert not done and detail["nodes"]["gpu-1"]["ready"] is False
+    assert detail["waiting"]["gpu-1"] == (
+        "paused: nvidia.com/gpu.deploy.dcgm-exporter=paused-for-mig-change, "
+        "nvidia.com/gpu.deploy.device-plugin=paused-for-mig-change, "
+        "nvidia.com/gpu.deploy.gpu-feature-discovery=paused-for-mig-change")
+
+
+def test_allocatable_waits_for_a_vgpu_config_to_be_applied():
+    def vgpu(state):
+        return node("gpu-vgpu-1", config=om.VM_VGPU, allocatable={A10_12Q: 4},
+                    labels={om.VGPU_CONFIG_LABEL: "A10-12Q", om.VGPU_CONFIG_STATE_LABEL: state})
+    condition = rd.allocatable_condition(A10_12Q)
+    spec = [clusterpolicy(SANDBOX_SPEC)]
+    done, detail = condition(cache(nodes=[vgpu("pending")], clusterpolicies=spec))
+    assert not done and detail["waiting"] == {"gpu-vgpu-1": "nvidia.com/vgpu.config.state=pending"}
+    assert not condition(cache(nodes=[vgpu("failed")], clusterpolicies=spec))[0]
+    assert condition(cache(nodes=[vgpu("success")], clusterpolicies=spec))[0]
+
+
+def test_an_operand_whose_deploy_label_was_removed_is_waited_for_and_the_fix_named():
+    unlabelled = gpu_node("gpu-1")
+    del unlabelled["metadata"]["labels"][om.deploy_label("device-plugin")]
+    done, detail = rd.operand_readiness_condition(NS)(readiness_cache([unlabelled], chain_pods("gpu-1")))
+    stuck = detail["nodes"]["gpu-1"]
+    assert not done and stuck["stuck_at"] == "device-plugin"
+    assert stuck["reason"].endswith("Set nvidia.com/gpu.deploy.device-plugin=true")
 
 
 def test_vm_nodes_wait_for_their_own_chains():

@@ -114,3 +114,56 @@ def test_gpu_verify_reads_the_preflight_report_by_kubernetes_node_name(tmp_path)
     nodes = json.loads((dest / "gpu-verify.json").read_text())["nodes"]
     assert nodes["gpu-a10"]["layers"]["hardware"]["state"] == "not checked"
     assert nodes["gpu-a10"]["host_facts"] is None
+
+
+# ---------------------------------------------------------------- from gpu_node_check's results
+
+def checked(nodes, pods, isolated_nodes=()):
+    """gpu_node_check's result for hand-built nodes and pods (chart defaults)."""
+    from ansible_collections.gpuplatform.rke2.plugins.module_utils import node_check as nc
+    snapshot = {"nodes": nodes, "pods": pods, "daemonsets": [], "clusterpolicies": []}
+    return nc.check(snapshot, nc.policy_from_inputs([], {}), isolated_nodes=isolated_nodes)
+
+
+def test_a_gpu_node_kept_off_by_a_taint_fails_the_report_naming_the_taint_and_both_fixes():
+    from tests.unit.wait_builders import TRAINING_TAINT, chain_pods, gpu_node
+    nodes = [gpu_node("gpu-1"), gpu_node("gpu-tainted-1", gpus=0, taints=[TRAINING_TAINT])]
+    report = vr.build_report("lab", checked(nodes, chain_pods("gpu-1")))
+    tainted = report["nodes"]["gpu-tainted-1"]
+    assert tainted["status"] == "failing" and tainted["first_failed_layer"] == om.LAYER_DRIVER
+    assert tainted["layers"][om.LAYER_DRIVER] == {
+        "state": vr.FAILED, "detail": "driver: no pod: taint dedicated=training:NoSchedule not tolerated"}
+    assert tainted["layers"][om.LAYER_ALLOCATABLE]["state"] == vr.FAILED
+    assert report["passed"] is False
+    assert report["summary"] == "1 of 2 GPU nodes failing: gpu-tainted-1 (driver); failed steps: node_check"
+    markdown = vr.to_markdown(report)
+    assert markdown.splitlines()[2].startswith("**FAILED**")
+    message = vr.failure_message(report)
+    assert "gpu-tainted-1: untolerated-taint: taint dedicated=training:NoSchedule is not tolerated" in message
+    assert "daemonsets.tolerations" in message and "gpu_node_isolated: true" in message
+
+    # Fixed by isolating it (the inventory's decision, label not set yet): no longer failing.
+    isolated = vr.build_report("lab", checked(nodes, chain_pods("gpu-1"), isolated_nodes=["gpu-tainted-1"]))
+    assert isolated["passed"] is True
+    assert isolated["nodes"]["gpu-tainted-1"]["status"] == "warning"
+    assert isolated["nodes"]["gpu-tainted-1"]["layers"][om.LAYER_DRIVER]["state"] == vr.NOT_APPLICABLE
+
+
+def test_a_node_whose_operands_are_paused_is_reported_paused():
+    from tests.unit.wait_builders import chain_pods, gpu_node
+    labels = dict((om.deploy_label(o), "paused-for-mig-change")
+                  for o in ["device-plugin", "dcgm-exporter", "gpu-feature-discovery"])
+    nodes = [gpu_node("gpu-1"), gpu_node("gpu-mig-1", gpus=0, labels=labels)]
+    pods = chain_pods("gpu-1") + chain_pods("gpu-mig-1", ["driver", "container-toolkit", "operator-validator"])
+    report = vr.build_report("lab", checked(nodes, pods))
+    node = report["nodes"]["gpu-mig-1"]
+    assert node["status"] == vr.PAUSED
+    assert node["layers"][om.LAYER_DEVICE_PLUGIN]["state"] == vr.PAUSED
+    assert node["layers"][om.LAYER_DEVICE_PLUGIN]["detail"].startswith(
+        "device-plugin: paused: nvidia.com/gpu.deploy.device-plugin=paused-for-mig-change")
+    assert node["layers"][om.LAYER_ALLOCATABLE] == {
+        "state": vr.PAUSED,
+        "detail": "nothing advertised while dcgm-exporter, device-plugin, gpu-feature-discovery are paused"}
+    assert node["layers"][om.LAYER_DRIVER]["state"] == vr.OK
+    assert report["passed"] is True and report["summary"] == "2 GPU nodes verified: 1 ok, 1 paused"
+    assert "| gpu-mig-1 | container | - | - | - | ok | ok | paused | paused | - | paused |" in vr.to_markdown(report)

@@ -15,10 +15,13 @@ TRAINING_TAINT = {"key": "dedicated", "value": "training", "effect": "NoSchedule
 
 
 def node(name, config=None, gpu=True, labels=None, allocatable=None, capacity=None, taints=None, ready=True,
-         unschedulable=False):
+         unschedulable=False, labelled_as=None):
+    """A node; a GPU node carries the deploy labels the operator writes for ``labelled_as``
+    (default: ``config``, else container), under ``labels``."""
     node_labels = {"kubernetes.io/hostname": name}
     if gpu:
         node_labels.update({om.NFD_GPU_LABELS[0]: "true", om.GPU_PRESENT_LABEL: "true"})
+        node_labels.update(om.deploy_labels_for(labelled_as or config or om.CONTAINER, labels or {}, om.policy()))
     if config:
         node_labels[om.WORKLOAD_CONFIG_LABEL] = config
     node_labels.update(labels or {})
