@@ -130,31 +130,31 @@ def observe(lab):
 def predict(nodes, values):
     """The operator's result by the operand model, from the nodes as the scenario left
     them before the operator acted (its labels, taints) and the chart values."""
-    policy = om.policy_from_spec(effective_values(CHART_DEFAULTS, values), NAMESPACE)
+    policy = om.policy_from_values(effective_values(CHART_DEFAULTS, values), NAMESPACE)
     labels = {}
     for name, node in nodes.items():
         own = dict((k, v) for k, v in node["labels"].items()
                    if k.startswith("nvidia.com/") and k not in SIMULATED_LABELS)
-        if om.is_gpu_node(node["labels"]):
-            config = om.effective_workload_config(node["labels"], policy)[0]
-            own = dict((k, v) for k, v in own.items() if not k.startswith(om.DEPLOY_LABEL_PREFIX)
-                       or k == om.OPERANDS_LABEL)
-            own.update(om.deploy_labels_for(config, node["labels"], policy))
-            own[om.GPU_PRESENT_LABEL] = "true"
+        for key, value in om.operator_node_labels(node["labels"], policy).items():
+            if value is None:
+                own.pop(key, None)
+            else:
+                own[key] = value
         labels[name] = own
     daemonsets = {}
     for operand in om.OPERANDS:
         if not policy["operands_enabled"].get(operand.name):
             continue
-        selector = {om.deploy_label(operand.name): "true"}
+        selector = om.node_selector(operand)
         desired = sum(1 for name, node in nodes.items()
-                      if all(labels[name].get(k) == v for k, v in selector.items())
+                      if all(dict(node["labels"], **labels[name]).get(k) == v for k, v in selector.items())
                       and not om.untolerated_taints(node["taints"]))
         daemonsets[operand.daemonset] = {"selector": selector, "desired": desired}
     gpu_nodes = [n for n, node in nodes.items() if om.is_gpu_node(node["labels"])]
-    reason = "Reconciled" if gpu_nodes else "NoGPUNodes"
+    reason = om.REASON_RECONCILED if gpu_nodes else om.REASON_NO_GPU_NODES
     return {"daemonsets": daemonsets, "labels": labels, "cluster_policy": {
-        "state": "ready", "conditions": [["Error", "False", "Ready"], ["Ready", "True", reason]]}}
+        "state": om.CLUSTER_POLICY_READY, "conditions": [[om.CONDITION_ERROR, "False", "Ready"],
+                                                         [om.CONDITION_READY, "True", reason]]}}
 
 
 def flatten(tree, prefix=""):
@@ -361,9 +361,11 @@ def test_a_value_the_chart_refuses_fails_the_install_job_with_helms_message(real
     try:
         result = run_module("helmchart_wait", {"name": "gpu-operator", "timeout": 120}, real.kubeconfig)
         assert result.get("failed"), result
-        assert "helm-install-gpu-operator" in result["msg"]
-        log = real.core().read_namespaced_pod_log(result["pod"], "kube-system", container="helm")
-        assert "the NRI Plugin cannot be enabled when CDI is disabled" in log
+        assert result["job"] == "helm-install-gpu-operator"
+        # helm's own error, read from the failed attempt's log (--previous: the pod restarted).
+        assert any("the NRI Plugin cannot be enabled when CDI is disabled" in line for line in result["log_tail"]), \
+            result["log_tail"]
+        assert "the NRI Plugin cannot be enabled when CDI is disabled" in result["msg"]
     finally:
         real.install_operator({})
         real.wait_settled(timeout=SETTLE_S)

@@ -83,6 +83,8 @@ class OperatorSimulator(object):
                     self.assets[operand.name] = yaml.safe_load(handle)
         self.changes = 0
         self.namespace = None
+        # {node: (workload.config, deploy.operands)} as the last labelling saw them.
+        self._label_triggers = {}
 
     def _json(self, obj):
         return self.api.sanitize_for_serialization(obj)
@@ -257,13 +259,13 @@ class OperatorSimulator(object):
                          or (ds.get("status") or {}).get("numberReady", 0)
                          != (ds.get("status") or {}).get("desiredNumberScheduled", 0))
         if unready:
-            self._cluster_policy_status("notReady", "OperandNotReady",
+            self._cluster_policy_status(om.CLUSTER_POLICY_NOT_READY, om.REASON_OPERAND_NOT_READY,
                                         "ClusterPolicy is not ready, states not ready: [%s]" % " ".join(unready))
         elif not gpu_nodes:
-            self._cluster_policy_status("ready", "NoGPUNodes",
+            self._cluster_policy_status(om.CLUSTER_POLICY_READY, om.REASON_NO_GPU_NODES,
                                         "No GPU node found, watching for new nodes to join the cluster.")
         else:
-            self._cluster_policy_status("ready", "Reconciled",
+            self._cluster_policy_status(om.CLUSTER_POLICY_READY, om.REASON_RECONCILED,
                                         "ClusterPolicy is ready as all resources have been successfully reconciled")
         return {"operator_running": True}
 
@@ -291,7 +293,7 @@ class OperatorSimulator(object):
         current = self._ignore((404,), self.custom.get_cluster_custom_object, *args)
         if current is None:
             return
-        if state == "ready":
+        if state == om.CLUSTER_POLICY_READY:
             conditions = [{"type": "Ready", "status": "True", "reason": reason, "message": message},
                           {"type": "Error", "status": "False", "reason": "Ready", "message": ""}]
         else:
@@ -311,24 +313,23 @@ class OperatorSimulator(object):
         self.changes += 1
 
     def label_nodes(self, nodes, policy):
-        """Facts file section 2: the operator's node labelling."""
+        """The operator's node labelling (om.operator_node_labels), on the operator's own
+        triggers only (controllers/clusterpolicy_controller.go: a node event reconciles when
+        a common GPU label is missing or outdated, or workload.config or deploy.operands
+        changed): a deploy label someone removed stays removed until one of those happens."""
         for node in nodes:
+            name = node["metadata"]["name"]
             labels = node["metadata"].get("labels") or {}
-            if not om.is_gpu_node(labels):
+            trigger = (labels.get(om.WORKLOAD_CONFIG_LABEL), labels.get(om.OPERANDS_LABEL))
+            wanted = om.operator_node_labels(labels, policy)
+            common_outdated = om.GPU_PRESENT_LABEL in wanted and labels.get(om.GPU_PRESENT_LABEL) != \
+                wanted[om.GPU_PRESENT_LABEL]
+            if self._label_triggers.get(name) == trigger and not common_outdated:
                 continue
-            config_name = om.effective_workload_config(labels, policy)[0]
-            desired = {om.GPU_PRESENT_LABEL: "true"}
-            if config_name in om.WORKLOAD_CONFIGS:
-                desired.update(om.deploy_labels_for(config_name, labels, policy))
-            patch = {}
-            for key, value in desired.items():
-                if labels.get(key) != value:
-                    patch[key] = value
-            for key in labels:
-                if key.startswith(om.DEPLOY_LABEL_PREFIX) and key != om.OPERANDS_LABEL and key not in desired:
-                    patch[key] = None
+            self._label_triggers[name] = trigger
+            patch = dict((k, v) for k, v in wanted.items() if labels.get(k) != v)
             if patch:
-                self.core.patch_node(node["metadata"]["name"], {"metadata": {"labels": patch}})
+                self.core.patch_node(name, {"metadata": {"labels": patch}})
                 self.changes += 1
 
     def _daemonset_manifest(self, operand, values, version, namespace):
@@ -402,7 +403,7 @@ class OperatorSimulator(object):
             labels = node["metadata"].get("labels") or {}
             patch = dict((k, None) for k, v in labels.items()
                          if (k.startswith(om.DEPLOY_LABEL_PREFIX) and k != om.OPERANDS_LABEL
-                             and v in (om.DEPLOY_TRUE, om.DEPLOY_PRE_INSTALLED)) or k == om.GPU_PRESENT_LABEL)
+                             and v == om.DEPLOY_TRUE) or k == om.GPU_PRESENT_LABEL)
             if patch:
                 self.core.patch_node(node["metadata"]["name"], {"metadata": {"labels": patch}})
                 self.changes += 1

@@ -65,6 +65,8 @@ CUDA_PASSED_LOG = ("[Vector addition of 50000 elements]", "Copy input data from 
                    "Copy output data from the CUDA device to the host memory", "Test PASSED", "Done")
 # How long the cluster must be quiet before a summary may say settled (real operator).
 QUIET_SECONDS = 1.0
+# A reconcile without any event this often, in case a watch missed one.
+SAFETY_SECONDS = 30.0
 
 _WAIT_FOR_FILE = re.compile(r"until \[ -f /run/nvidia/validations/([\w.-]+) \]")
 # cmd/nvidia-validator: the status file each component writes when it validated.
@@ -139,6 +141,7 @@ class NodeAgent(object):
         self.events = queue.Queue()
         self.changes = 0
         self.last_event = time.monotonic()
+        self.quiet_pending = False
 
     # ------------------------------------------------------------ plumbing
     def _json(self, obj):
@@ -172,9 +175,15 @@ class NodeAgent(object):
         )
         for name, fn, kwargs in watches:
             threading.Thread(target=self._watch, args=(name, fn), kwargs=kwargs, daemon=True).start()
+        self.quiet_pending = False
         while True:
+            # Woken by an event; or, when the last summary waited only for the cluster to be
+            # quiet, when it will have been; else a slow safety pass.
+            timeout = SAFETY_SECONDS
+            if self.quiet_pending:
+                timeout = max(0.05, self.last_event + QUIET_SECONDS - time.monotonic())
             try:
-                self.events.get(timeout=QUIET_SECONDS / 2)
+                self.events.get(timeout=timeout)
             except queue.Empty:
                 pass
             # Coalesce a burst of events into one reconcile.
@@ -241,6 +250,7 @@ class NodeAgent(object):
         operands_settled = self._operands_settled(daemonsets, pods, nodes)
         summary["operands_settled"] = operands_settled
         quiet = self.operator_simulator is not None or time.monotonic() - quiet_since >= QUIET_SECONDS
+        self.quiet_pending = not quiet
         if chart is None:
             summary["settled"] = self.changes == 0 and operands_settled and quiet and operator_settled
         else:
