@@ -68,7 +68,7 @@ lock: ## re-freeze requirements.txt from requirements.in
 lab-build: venv ## build the lab binaries: control plane, helm, helm-controller, the GPU Operator (cached outside the repo; minutes when cold)
 	$(PY) -m tests.lab.labctl build
 
-lab-up: venv ## start the lab control plane with its simulated GPU fleet
+lab-up: venv ## start the lab (control plane, GPU Operator, simulated GPU fleet) and roll the operator out
 	$(PY) -m tests.lab.labctl up
 
 lab-down: venv ## stop the lab; no process is left behind
@@ -82,7 +82,7 @@ lab-status: venv ## show the lab's processes, kubeconfig and nodes
 test: venv ## every test: lint, sanity, unit, lab integration, molecule
 	$(MAKE) lint
 	$(MAKE) sanity
-	$(MAKE) unit
+	$(MAKE) unit site-check
 	$(MAKE) build-collection
 	$(MAKE) integration
 	$(MAKE) molecule

@@ -7,14 +7,11 @@ import tempfile
 
 import pytest
 
+from tests.lab.fleet import LAB_OPERATOR_VALUES
 from tests.lab.lab import Lab
 
-# The operator values the suite's clean fleet runs with: sandbox workloads on (the fleet
-# has passthrough and vGPU nodes) and a vGPU manager image from the site mirror.
-FLEET_VALUES = {
-    "sandboxWorkloads": {"enabled": True},
-    "vgpuManager": {"enabled": True, "repository": "registry.lab.invalid/nvidia", "version": "580.126.20"},
-}
+# The operator values the suite's clean fleet runs with (the lab's own, tests/lab/fleet.py).
+FLEET_VALUES = LAB_OPERATOR_VALUES
 
 
 @pytest.fixture(scope="session")

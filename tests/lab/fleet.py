@@ -18,6 +18,13 @@ ADVERTISE_ANNOTATION = LAB_ANNOTATION + "advertise"
 NODE_STATE_ANNOTATIONS = (HARDWARE_ANNOTATION, LAB_ANNOTATION + "boot", LAB_ANNOTATION + "validations")
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 NFD_GPU_LABEL = "feature.node.kubernetes.io/pci-10de.present"
+# The GPU Operator values the lab's fleet runs with (`make lab-up`, the integration suite's
+# clean fleet): sandbox workloads on (the fleet has passthrough and vGPU nodes) and a vGPU
+# manager image from the site mirror.
+LAB_OPERATOR_VALUES = {
+    "sandboxWorkloads": {"enabled": True},
+    "vgpuManager": {"enabled": True, "repository": "registry.lab.invalid/nvidia", "version": "580.126.20"},
+}
 NFD_DISPLAY_LABEL = "feature.node.kubernetes.io/pci-0302_10de.present"
 # What NFD and the kubelet report about the host OS and runtime, which the operator reads
 # (the driver image tag, the toolkit's runtime); the lab site's default, a host may override.

@@ -710,6 +710,32 @@ class Lab(object):
             log("GPU Operator %s: the real operator, built from %s" % (OPERATOR_VERSION, source.origin))
         return mode
 
+    def roll_out_operator(self, timeout=300):
+        """The lab fleet's GPU Operator (fleet.LAB_OPERATOR_VALUES) installed and settled:
+        what `make lab-up` leaves running."""
+        self.apply_fleet_labels()
+        self.install_operator(fleet_mod.LAB_OPERATOR_VALUES)
+        started = time.monotonic()
+        self.wait_settled(timeout=timeout)
+        log("GPU Operator rolled out on the fleet in %.1fs: %s" % (time.monotonic() - started,
+                                                                   self.cluster_policy_status()))
+
+    def cluster_policy_status(self):
+        """``ready (Reconciled)``-style summary of the ClusterPolicy, or why there is none."""
+        from kubernetes import client
+        try:
+            policy = client.CustomObjectsApi(self.api).get_cluster_custom_object(
+                "nvidia.com", "v1", "clusterpolicies", "cluster-policy")
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+            return "no ClusterPolicy"
+        status = policy.get("status") or {}
+        ready = next((c for c in status.get("conditions") or () if c.get("type") == "Ready"), {})
+        error = next((c for c in status.get("conditions") or () if c.get("type") == "Error"), {})
+        reason = ready.get("reason") if ready.get("status") == "True" else error.get("reason") or ready.get("reason")
+        return "ClusterPolicy cluster-policy %s (%s)" % (status.get("state") or "no state yet", reason or "-")
+
     def describe_operator(self):
         state = self.state()
         if state.get("mode") == "real":
@@ -742,6 +768,7 @@ class Lab(object):
             lines.append("  %-24s %s" % (component, ("running, pid %d" % pid) if pid else "stopped"))
         if self.is_up():
             lines.append("api server: https://127.0.0.1:%d (ready)" % state["ports"]["apiserver"])
+            lines.append("gpu layer:  %s" % self.cluster_policy_status())
             for node in self.core().list_node().items:
                 ready = any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
                 gpus = dict((k, v) for k, v in (node.status.allocatable or {}).items() if k.startswith("nvidia.com/"))

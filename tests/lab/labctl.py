@@ -17,7 +17,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="labctl", description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--workdir", help="lab work directory (default .lab in the repo)")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("build", "up", "down", "status", "kubeconfig", "restart-apiserver", "restart-operator", "env"):
+    sub.add_parser("up", help="start the lab and roll the GPU Operator out on its fleet").add_argument(
+        "--bare", action="store_true", help="no GPU Operator HelmChart (the integration suite's start)")
+    for name in ("build", "down", "status", "kubeconfig", "restart-apiserver", "restart-operator", "env"):
         sub.add_parser(name)
     sub.add_parser("reboot", help="a node reboots: /run/nvidia/validations is empty again").add_argument("node")
     hold = sub.add_parser("hold-down", help="hold operand pods on a node not Ready (default container-toolkit)")
@@ -46,6 +48,8 @@ def main(argv=None):
             lab.reboot(args.node)
         elif args.command == "up":
             lab.up()
+            if not args.bare:
+                lab.roll_out_operator()
             print(lab.status())
         elif args.command == "down":
             lab.down()

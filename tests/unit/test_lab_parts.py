@@ -1,5 +1,7 @@
-"""The lab's upstream lookup (tests/lab/upstream.py) and the node agent's reading of the
-operator's init containers (tests/lab/node_agent.py): pure parts, on made-up trees."""
+"""The lab's pure parts: the upstream lookup (tests/lab/upstream.py) on made-up trees and
+tarballs, and the node agent's kubelet of operand pods (tests/lab/node_agent.py): the
+init-container gates read from the operator's manifests, the files validators write,
+reboots and hold-downs."""
 import io
 import os
 import tarfile
@@ -114,3 +116,71 @@ def test_kwok_leaves_every_operand_pod_to_the_node_agent():
         key, value = operand.pod_selector
         assert value in excluded['.metadata.labels["%s"]' % key]
     assert all(t["operator"] == "NotIn" for t in terms)
+
+
+# ---------------------------------------------------------------- the node agent's kubelet of operand pods
+
+def _pod(operand, init, name="p", node="n1", annotations=None):
+    key, value = om.operand(operand).pod_selector
+    return {"metadata": {"name": name, "uid": name, "labels": {key: value}, "annotations": annotations or {}},
+            "spec": {"nodeName": node, "initContainers": init,
+                     "containers": [{"name": "main", "image": "registry.lab.invalid/nvidia/x:1"}]}}
+
+
+WAIT_TOOLKIT = {"name": "toolkit-validation", "image": "v", "command": ["sh", "-c"],
+                "args": ["until [ -f /run/nvidia/validations/toolkit-ready ]; do sleep 5; done"]}
+
+
+def _validate(component):
+    return {"name": "%s-validation" % component, "image": "v", "command": ["sh", "-c"], "args": ["nvidia-validator"],
+            "env": [{"name": "COMPONENT", "value": component}]}
+
+
+def _node(annotations=None, allocatable=None):
+    return {"metadata": {"name": "n1", "labels": {}, "annotations": annotations or {}},
+            "status": {"allocatable": allocatable or {}}}
+
+
+def _state(pod, node, files, ready=(), targets=None, held=()):
+    agent = node_agent.NodeAgent.__new__(node_agent.NodeAgent)
+    return agent._pod_state(pod, node, files, set(ready), targets or {}, set(held), None)
+
+
+def test_a_device_plugin_waits_in_init_until_the_toolkit_validation_wrote_its_file():
+    pod = _pod("device-plugin", [WAIT_TOOLKIT])
+    blocked = _state(pod, _node(), set())
+    assert (blocked["phase"], blocked["blocked"]) == ("Pending", "toolkit-validation")
+    assert "toolkit-ready" in blocked["message"]
+    assert _state(pod, _node(), {"toolkit-ready"}) == {"phase": "Running", "ready": True, "blocked": None}
+
+
+def test_the_operator_validator_writes_toolkit_ready_only_once_the_toolkit_runs():
+    pod = _pod("operator-validator", [_validate("driver"), _validate("toolkit"), _validate("cuda"), _validate("plugin")])
+    toolkit_ds = {"container-toolkit": [{"nodeSelector": {}}], "driver": [{"nodeSelector": {}}]}
+    files = set()
+    state = _state(pod, _node(), files, ready={"driver"}, targets=toolkit_ds)
+    assert state["blocked"] == "toolkit-validation" and files == {"driver-ready"}
+    # The toolkit runs: toolkit-ready and cuda-ready are written; plugin waits for GPUs.
+    state = _state(pod, _node(), files, ready={"driver", "container-toolkit"}, targets=toolkit_ds)
+    assert state["blocked"] == "plugin-validation" and files == {"driver-ready", "toolkit-ready", "cuda-ready"}
+    assert "GPU resources are not yet discovered" in state["message"]
+    gpus = _node(allocatable={"nvidia.com/gpu": "2"})
+    assert _state(pod, gpus, files, ready={"driver", "container-toolkit"}, targets=toolkit_ds)["ready"] is True
+
+
+def test_with_no_driver_daemonset_targeting_the_node_the_host_driver_validates():
+    pod = _pod("container-toolkit", [_validate("driver")])
+    files = set()
+    assert _state(pod, _node(), files, targets={})["ready"] is True and files == {"driver-ready"}
+
+
+def test_after_a_reboot_an_initialized_pod_runs_its_gates_again():
+    pod = _pod("device-plugin", [WAIT_TOOLKIT], annotations={node_agent.INITIALIZED_ANNOTATION: "0"})
+    assert _state(pod, _node(), set())["ready"] is True  # initialized in boot 0, files gone: no matter
+    rebooted = _node(annotations={node_agent.BOOT_ANNOTATION: "1"})
+    assert _state(pod, rebooted, set())["blocked"] == "toolkit-validation"
+
+
+def test_a_held_down_operand_runs_without_turning_ready():
+    state = _state(_pod("container-toolkit", []), _node(), set(), held={"container-toolkit"})
+    assert (state["phase"], state["ready"], state["reason"]) == ("Running", False, "CrashLoopBackOff")
