@@ -5,8 +5,9 @@
 
 ``validate(site)`` checks the whole site file and raises SiteError listing every
 problem, each naming its key (``nodes[2].gpu.workload_config``); ``render(site,
-source)`` returns the files of ``inventories/<site>/`` as text. Pure: the module
-``site_inventory`` reads and writes the files.
+source)`` returns the files of ``inventories/<site>/`` as text; ``render_problems(site)``
+lists the facts ``make site/render`` needs beyond a valid inventory (a GPU host's
+``os``), each by its key. Pure: the module ``site_inventory`` reads and writes the files.
 
 The inventory is the contract the roles read (docs/rke2.md): groups ``rke2_servers``
 (first host = first server), ``rke2_agents``, ``gpu_nodes``; per host ``ansible_host``,
@@ -45,11 +46,19 @@ _ANSIBLE_KEYS = ("user", "become", "python_interpreter")
 _RKE2_KEYS = ("version", "api_address", "tls_san", "cni", "system_default_registry", "registries", "profile",
               "config_extra", "artifacts")
 _ARTIFACT_KEYS = ("source", "dir", "images")
-_HOST_KEYS = ("name", "role", "address", "ansible_host", "interface", "backend", "node_name", "labels", "taints", "gpu")
+_HOST_KEYS = ("name", "role", "address", "ansible_host", "interface", "backend", "node_name", "os", "kernel", "labels",
+              "taints", "gpu")
 _GPU_KEYS = ("workload_config", "model", "pci_device_name", "count", "vgpu_config", "operands_disabled", "isolated")
 _GPU_MODEL_KEYS = ("pci_vendor_selector", "pci_device_name", "memory_gb")
 _PCI_SELECTOR_RE = re.compile(r"^[0-9A-Fa-f]{4}:[0-9A-Fa-f]{4}$")
 _VAR_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+# A host's OS as the GPU Operator's driver and vGPU manager images tag it: ubuntu24.04, rhel9.6, rhcos4.18.
+_OS_TAG_RE = re.compile(r"^[a-z]+[0-9]+(\.[0-9]+)*$")
+_OS_EXAMPLES = "ubuntu22.04, ubuntu24.04, rhel9.6"
+_KERNEL_RE = re.compile(r"^[0-9][A-Za-z0-9._+-]*$")
+# Registry credentials in a site file (which is committed) must be references, never the value.
+_SECRET_AUTH_KEYS = ("password", "auth", "identity_token")
+_REFERENCE_RE = re.compile(r"^\s*\{\{.*\}\}\s*$", re.S)
 
 
 class SiteError(ValueError):
@@ -215,6 +224,11 @@ def _hosts(check, site, cidr, gateway, models):
             check.fail(where + ".interface", "%r is not an interface name" % host["interface"])
         if host.get("backend") not in (None,) + NETWORK_BACKENDS:
             check.fail(where + ".backend", "%r is not one of %s" % (host["backend"], ", ".join(NETWORK_BACKENDS)))
+        if host.get("os") is not None and not _OS_TAG_RE.match(str(host["os"])):
+            check.fail(where + ".os", "%r is not an OS as the driver images tag it (%s)" % (host["os"], _OS_EXAMPLES))
+        if host.get("kernel") is not None and not _KERNEL_RE.match(str(host["kernel"])):
+            check.fail(where + ".kernel", "%r is not a kernel release as uname -r prints it (6.8.0-60-generic)"
+                       % (host["kernel"],))
         check.guarded(where + ".labels", rke2.node_label_args, host.get("labels") or {}, where + ".labels")
         check.guarded(where + ".taints", rke2.node_taint_args, host.get("taints") or [], where + ".taints")
         if host.get("gpu") is not None:
@@ -243,6 +257,15 @@ def _rke2(check, site):
         if source == "local" and not artifacts.get("dir"):
             check.fail("rke2.artifacts.dir", "is required when source is local")
         check.string_list(artifacts.get("images"), "rke2.artifacts.images")
+    configs = (conf.get("registries") or {}).get("configs") if isinstance(conf.get("registries"), dict) else None
+    for registry, settings in sorted((configs or {}).items()) if isinstance(configs, dict) else ():
+        auth = settings.get("auth") if isinstance(settings, dict) else None
+        for key in _SECRET_AUTH_KEYS:
+            value = (auth or {}).get(key) if isinstance(auth, dict) else None
+            if value is not None and not _REFERENCE_RE.match(str(value)):
+                check.fail('rke2.registries.configs."%s".auth.%s' % (registry, key),
+                           "a secret in the site file would be committed with it: give a reference to a vaulted "
+                           "variable instead, for example '{{ vault_registry_password }}'")
     return conf
 
 
@@ -279,6 +302,59 @@ def validate(site, source="site file"):
     return warnings
 
 
+def render_problems(site):
+    """What rendering the site's files (``make site/render``) needs beyond a valid site file,
+    each problem naming its key in the site file; [] when nothing is missing. For a valid site.
+
+    The GPU Operator's per-OS images need the OS of every GPU host that runs them: the driver
+    on container hosts (unless ``gpu_operator.driver_enabled`` is false), the vGPU manager on
+    vm-vgpu hosts; precompiled drivers need the kernel too. The site-wide
+    ``gpu_operator.driver_os_tags`` / ``driver_kernels`` stand in for hosts that do not say.
+    vm-* hosts need sandbox workloads on, and vm-vgpu hosts the site's vGPU manager image."""
+    operator = site.get("gpu_operator") or {}
+    sandbox = operator.get("sandbox_workloads") or {}
+    sandbox_on = isinstance(sandbox, dict) and sandbox.get("enabled") is True
+    driver = operator.get("driver_enabled") is not False
+    precompiled = operator.get("driver_use_precompiled") is True
+    problems = []
+    vgpu_hosts = []
+    for index, host in enumerate(site.get("nodes") or ()):
+        gpu = host.get("gpu")
+        if not gpu:
+            continue
+        where, name = "nodes[%d]" % index, host.get("name")
+        declared = gpu.get("workload_config")
+        if declared != om.CONTAINER and not sandbox_on:
+            problems.append("%s.gpu.workload_config: %s is %s, which needs gpu_operator.sandbox_workloads.enabled: true "
+                            "(with sandbox workloads off the GPU Operator runs every node as container)"
+                            % (where, name, declared))
+            continue
+        if declared == om.VM_VGPU:
+            vgpu_hosts.append("%s (%s)" % (where, name))
+        needs = None
+        if declared == om.CONTAINER and driver:
+            needs = "the GPU Operator's driver container"
+        elif declared == om.VM_VGPU:
+            needs = "the vGPU manager"
+        if needs and not host.get("os") and not operator.get("driver_os_tags"):
+            problems.append("%s.os: %s runs %s, whose image is tagged per OS: give the host's OS as the images tag "
+                            "it (%s)" % (where, name, needs, _OS_EXAMPLES))
+        if declared == om.CONTAINER and driver and precompiled and not host.get("kernel") \
+                and not operator.get("driver_kernels"):
+            problems.append("%s.kernel: %s runs a precompiled driver, whose image is tagged per kernel: give the "
+                            "host's kernel release as uname -r prints it" % (where, name))
+    if vgpu_hosts and not operator.get("vgpu_manager"):
+        problems.append("gpu_operator.vgpu_manager: is required for the vm-vgpu hosts %s (repository, image, version "
+                        "of the vGPU manager image the site builds and pushes to its mirror)" % ", ".join(vgpu_hosts))
+    return problems
+
+
+def node_keys(site):
+    """{host name: its key in the site file} (``nodes[1]``), for messages and the label plan."""
+    return dict((host["name"], "nodes[%d]" % index) for index, host in enumerate(site.get("nodes") or ())
+                if isinstance(host, dict) and host.get("name"))
+
+
 def _host_vars(host, net, prefixlen):
     host_vars = {"ansible_host": host.get("ansible_host") or host["address"]}
     if host.get("node_name") and host["node_name"] != host["name"]:
@@ -296,13 +372,18 @@ def _host_vars(host, net, prefixlen):
     return host_vars
 
 
-def _gpu_vars(gpu):
+def _gpu_vars(gpu, host=None):
     gpu_vars = {"gpu_workload_config": gpu["workload_config"]}
     for key in ("model", "pci_device_name", "count", "vgpu_config", "operands_disabled"):
         if gpu.get(key) not in (None, []):
             gpu_vars["gpu_" + key] = gpu[key]
     if gpu.get("isolated"):
         gpu_vars["gpu_node_isolated"] = True
+    # The host's OS and kernel name the driver and vGPU manager images (the air-gap plan).
+    if (host or {}).get("os"):
+        gpu_vars["gpu_os_tag"] = str(host["os"])
+    if (host or {}).get("kernel"):
+        gpu_vars["gpu_kernel_version"] = str(host["kernel"])
     return gpu_vars
 
 
@@ -346,7 +427,7 @@ def inventory(site):
         group = SERVERS if host["role"] == rke2.SERVER else AGENTS
         groups[group][host["name"]] = _host_vars(host, site["network"], prefixlen)
         if host.get("gpu"):
-            groups[GPU_NODES][host["name"]] = _gpu_vars(host["gpu"])
+            groups[GPU_NODES][host["name"]] = _gpu_vars(host["gpu"], host)
     hosts = {"all": {"children": dict((name, {"hosts": members}) for name, members in
                                       ((SERVERS, groups[SERVERS]), (AGENTS, groups[AGENTS]), (GPU_NODES, groups[GPU_NODES])))}}
     return hosts, _group_vars(site)

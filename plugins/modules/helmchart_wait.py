@@ -136,15 +136,21 @@ def wait(api, params):
 
 
 def failed_log(api, params, detail):
-    """The failed attempt's last log lines, or [] when the log cannot be read."""
+    """The failed attempt's last log lines, or [] when the log cannot be read. A container
+    waiting in CrashLoopBackOff after its first failure has no previous instance yet: the
+    failed attempt is still the current one, so the other log is read when the first is
+    empty or missing."""
     if not detail["pod"] or not params["log_lines"]:
         return []
-    try:
-        log = api.pod_log(params["namespace"], detail["pod"], container=detail["container"],
-                          previous=detail["previous"])
-    except k8s_wait.ApiError:
-        return []
-    return readiness.log_tail(log, params["log_lines"])
+    for previous in (detail["previous"], not detail["previous"]):
+        try:
+            log = api.pod_log(params["namespace"], detail["pod"], container=detail["container"], previous=previous)
+        except k8s_wait.ApiError:
+            continue
+        tail = readiness.log_tail(log, params["log_lines"])
+        if tail:
+            return tail
+    return []
 
 
 def main():

@@ -15,7 +15,7 @@ description:
   - Reads a site file (C(sites/<site>/site.yml)) describing the site's network, RKE2 settings and hosts with their
     roles, addresses and GPUs, checks all of it, and writes C(hosts.yml) and C(group_vars/all.yml) into O(dest).
   - Every problem of the site file is reported at once, each naming its key (for example
-    C(hosts[2].gpu.workload_config)); nothing is written then.
+    C(nodes[2].gpu.workload_config)); nothing is written then.
   - A file is written only when its rendered text differs. Supports check and diff mode.
   - The groups and variables written are the inventory contract the collection's roles read; see C(docs/rke2.md).
 author:
@@ -33,7 +33,19 @@ options:
     required: true
   source_name:
     description:
-      - How the header of the rendered files names the site file. Defaults to O(src) as given.
+      - How the header of the rendered files and the messages name the site file. Defaults to O(src) as given.
+    type: str
+  complete:
+    description:
+      - Also refuse a site file that lacks a fact that rendering the site's files (C(make site/render)) needs, such
+        as the OS of each GPU host whose driver or vGPU manager image is tagged per OS, the kernel for precompiled
+        drivers, the vGPU manager image for vm-vgpu hosts. Each problem names its key in the site file.
+    type: bool
+    default: false
+  rerun:
+    description:
+      - The command to rerun once the site file is fixed, appended to a refusal (for example
+        C(make site/render SITE=tirosh-home)).
     type: str
 requirements:
   - PyYAML
@@ -68,6 +80,15 @@ groups:
   returned: success
   type: dict
   sample: {"rke2_servers": ["tirosh-cp-1"], "rke2_agents": ["tirosh-gpu-1"], "gpu_nodes": ["tirosh-gpu-1"]}
+site_keys:
+  description: Each host's key in the site file, for messages that point into it.
+  returned: success
+  type: dict
+  sample: {"tirosh-cp-1": "nodes[0]", "tirosh-gpu-1": "nodes[1]"}
+registries:
+  description: The site file's C(rke2.registries) as written, so secrets stay the references the site file gives.
+  returned: success
+  type: dict
 problems:
   description: Every problem of the site file, each naming its key.
   returned: failure
@@ -110,6 +131,8 @@ def main():
             src=dict(type="path", required=True),
             dest=dict(type="path", required=True),
             source_name=dict(type="str"),
+            complete=dict(type="bool", default=False),
+            rerun=dict(type="str"),
         ),
         supports_check_mode=True,
     )
@@ -124,10 +147,16 @@ def main():
         module.fail_json(msg="cannot read the site file %s: %s" % (src, to_native(exc)), files=[])
     except yaml.YAMLError as exc:
         module.fail_json(msg="the site file %s is not valid YAML: %s" % (src, exc), files=[])
+    rerun = module.params["rerun"]
     try:
-        warnings = si.validate(site, src)
+        warnings = si.validate(site, source_name)
+        if module.params["complete"] and si.render_problems(site):
+            raise si.SiteError(source_name, si.render_problems(site))
     except si.SiteError as exc:
-        module.fail_json(msg=to_native(exc), problems=exc.problems, files=[])
+        msg = to_native(exc)
+        if rerun:
+            msg += ". Fix the site file, then rerun: %s" % rerun
+        module.fail_json(msg=msg, problems=exc.problems, files=[])
     for warning in warnings:
         module.warn(warning)
 
@@ -151,7 +180,8 @@ def main():
                                  files=changed_files)
     hosts = si.inventory(site)[0]
     groups = dict((name, list(group["hosts"])) for name, group in hosts["all"]["children"].items())
-    result = dict(changed=bool(changed_files), files=changed_files, groups=groups)
+    result = dict(changed=bool(changed_files), files=changed_files, groups=groups, site_keys=si.node_keys(site),
+                  registries=(site.get("rke2") or {}).get("registries") or {})
     if module._diff:
         result["diff"] = diffs
     module.exit_json(**result)

@@ -119,21 +119,35 @@ def test_switching_the_driver_off_changes_what_runs(operator_lab, role):
     assert again.returncode == 0 and again.recap["changed"] == 0, str(again)
 
 
-def test_a_fresh_install_without_the_driver_labels_the_nodes_pre_installed(operator_lab, role):
+def test_a_fresh_install_without_the_driver_labels_the_driver_true_and_runs_no_driver(operator_lab, role):
     _remove(role)
-    for node in operator_lab.core().list_node().items:
+    # The operator leaves its deploy labels behind when it is uninstalled; a site that never
+    # ran it has none: take them off, so what the install writes is what the test reads.
+    core = operator_lab.core()
+    for node in core.list_node().items:
+        stale = dict((k, None) for k in node.metadata.labels or {} if k.startswith(om.DEPLOY_LABEL_PREFIX))
+        if stale:
+            core.patch_node(node.metadata.name, {"metadata": {"labels": stale}})
+    for node in core.list_node().items:
         assert DRIVER_LABEL not in (node.metadata.labels or {}), node.metadata.name
 
     assert_applied(role("-e", "gpu_operator_driver_enabled=false"))
     nodes = dict((n.metadata.name, n) for n in operator_lab.core().list_node().items)
+    # The operator writes true on every container GPU node whatever driver.enabled says, never
+    # pre-installed (only k8s-driver-manager, which runs in the driver's own pod, writes that).
     for name in CONTAINER_NODES:
-        assert nodes[name].metadata.labels.get(DRIVER_LABEL) == "pre-installed", name
+        assert nodes[name].metadata.labels.get(DRIVER_LABEL) == om.DEPLOY_TRUE, name
     for name in ("gpu-passthrough-1", "gpu-vgpu-1", "cpu-1"):
         assert DRIVER_LABEL not in (nodes[name].metadata.labels or {}), name
+    assert not any(om.DEPLOY_PRE_INSTALLED in (n.metadata.labels or {}).values() for n in nodes.values())
+    # With no driver DaemonSet, that true selects nothing: the host driver stands in.
     assert "nvidia-driver-daemonset" not in [
         d.metadata.name for d in client.AppsV1Api(operator_lab.api).list_namespaced_daemon_set(NS).items]
     running = running_operands(operator_lab)
     assert running["gpu-container-1"] == CONTAINER - {"driver"}
+    check = run_module("gpu_node_check", {"nodes": ["gpu-container-1"]}, kubeconfig=operator_lab.kubeconfig)
+    assert not check.get("failed"), check.get("msg")
+    assert check["nodes"]["gpu-container-1"]["operand_states"]["driver"] == "host"
 
 
 def test_an_invalid_combination_fails_naming_the_key_and_changes_nothing(operator_lab, role):

@@ -40,6 +40,10 @@ LATE_NODE = "gpu-late-1"
 with open(CHART_VALUES) as _handle:
     CHART_DEFAULTS = yaml.safe_load(_handle)
 
+# The chart's defaults, said with one value: helm upgrade given no values at all reuses the
+# last release's (pkg/action/upgrade.go), and klipper-helm passes no --reset-values, so a
+# HelmChart whose valuesContent is "{}" would keep the previous scenario's values.
+DEFAULTS = {"driver": {"enabled": True}}
 SANDBOX = {"sandboxWorkloads": {"enabled": True},
            "vgpuManager": {"enabled": True, "repository": "registry.lab.invalid/nvidia", "version": "580.126.20"}}
 
@@ -60,7 +64,7 @@ class Scenario(object):
 
 
 SCENARIOS = [
-    Scenario("chart-defaults", {}),
+    Scenario("chart-defaults", DEFAULTS),
     Scenario("driver-disabled", {"driver": {"enabled": False}}),
     Scenario("sandbox-kubevirt", SANDBOX, [("workload labels", {
         "gpu-passthrough-1": {om.WORKLOAD_CONFIG_LABEL: om.VM_PASSTHROUGH},
@@ -68,11 +72,11 @@ SCENARIOS = [
     Scenario("sandbox-kata", dict(SANDBOX, sandboxWorkloads={"enabled": True, "mode": "kata"}), [("workload labels", {
         "gpu-passthrough-1": {om.WORKLOAD_CONFIG_LABEL: om.VM_PASSTHROUGH},
         "gpu-vgpu-1": {om.WORKLOAD_CONFIG_LABEL: om.VM_VGPU, om.VGPU_CONFIG_LABEL: "A10-12Q"}})]),
-    Scenario("operands-false-on", {}, [("isolate", {"gpu-container-2": {om.OPERANDS_LABEL: "false"}})]),
-    Scenario("operands-false-off", {}, [
+    Scenario("operands-false-on", DEFAULTS, [("isolate", {"gpu-container-2": {om.OPERANDS_LABEL: "false"}})]),
+    Scenario("operands-false-off", DEFAULTS, [
         ("isolate", {"gpu-container-2": {om.OPERANDS_LABEL: "false"}}),
         ("back", {"gpu-container-2": {om.OPERANDS_LABEL: None}})]),
-    Scenario("user-operand-off-then-on", {}, [
+    Scenario("user-operand-off-then-on", DEFAULTS, [
         ("dcgm-exporter off", {"gpu-container-1": {om.DEPLOY_LABEL_PREFIX + "dcgm-exporter": "false"}}),
         # The labels role turns an operand back on by setting "true" (the operator does not
         # reconcile a removed label).
@@ -82,10 +86,10 @@ SCENARIOS = [
         ("back to container", {"gpu-container-1": {om.WORKLOAD_CONFIG_LABEL: om.CONTAINER}})]),
     Scenario("unknown-workload-config", SANDBOX, [
         ("unknown", {"gpu-container-1": {om.WORKLOAD_CONFIG_LABEL: "vm-unknown"}})]),
-    Scenario("late-node", {}, late_node=LATE_NODE),
+    Scenario("late-node", DEFAULTS, late_node=LATE_NODE),
     # gpu-tainted-1 (the fleet's): a taint the operand DaemonSets do not tolerate; in every
     # scenario, and here alone with the defaults.
-    Scenario("untolerated-taint", {}),
+    Scenario("untolerated-taint", DEFAULTS),
 ]
 
 # (scenario or "*", "model" or "simulator", path prefix of the difference, reason).
@@ -131,23 +135,23 @@ def predict(nodes, values):
     """The operator's result by the operand model, from the nodes as the scenario left
     them before the operator acted (its labels, taints) and the chart values."""
     policy = om.policy_from_values(effective_values(CHART_DEFAULTS, values), NAMESPACE)
-    labels = {}
+    after = {}
     for name, node in nodes.items():
-        own = dict((k, v) for k, v in node["labels"].items()
-                   if k.startswith("nvidia.com/") and k not in SIMULATED_LABELS)
+        after[name] = dict(node["labels"])
         for key, value in om.operator_node_labels(node["labels"], policy).items():
             if value is None:
-                own.pop(key, None)
+                after[name].pop(key, None)
             else:
-                own[key] = value
-        labels[name] = own
+                after[name][key] = value
+    labels = dict((name, dict((k, v) for k, v in full.items() if k.startswith("nvidia.com/")
+                              and k not in SIMULATED_LABELS)) for name, full in after.items())
     daemonsets = {}
     for operand in om.OPERANDS:
         if not policy["operands_enabled"].get(operand.name):
             continue
         selector = om.node_selector(operand)
         desired = sum(1 for name, node in nodes.items()
-                      if all(dict(node["labels"], **labels[name]).get(k) == v for k, v in selector.items())
+                      if all(after[name].get(k) == v for k, v in selector.items())
                       and not om.untolerated_taints(node["taints"]))
         daemonsets[operand.daemonset] = {"selector": selector, "desired": desired}
     gpu_nodes = [n for n, node in nodes.items() if om.is_gpu_node(node["labels"])]
@@ -367,5 +371,5 @@ def test_a_value_the_chart_refuses_fails_the_install_job_with_helms_message(real
             result["log_tail"]
         assert "the NRI Plugin cannot be enabled when CDI is disabled" in result["msg"]
     finally:
-        real.install_operator({})
+        real.install_operator(DEFAULTS)
         real.wait_settled(timeout=SETTLE_S)

@@ -781,6 +781,10 @@ class Lab(object):
         """Applies the gpu-operator HelmChart as the gpu_operator role would (tests use this
         to get a rolled-out operator without running the role)."""
         from kubernetes import client
+        if not values:
+            # helm upgrade given no values reuses the last release's, and klipper-helm passes
+            # no --reset-values: "{}" would silently keep the previous values.
+            raise LabError("install_operator needs chart values: with none, helm upgrade keeps the last release's")
         body = {
             "apiVersion": "helm.cattle.io/v1", "kind": "HelmChart",
             "metadata": {"name": name, "namespace": "kube-system", "annotations": dict(annotations or {})},

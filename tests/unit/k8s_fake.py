@@ -274,7 +274,8 @@ class FakeCluster(object):
 
     def pod_log(self, namespace, name, container=None, previous=False, limit_bytes=65536):
         self.calls.append(("log", "pods", name, container, previous))
-        log = self.logs.get(name)
+        # A log given for (name, previous) answers that request alone; one given by name, both.
+        log = self.logs.get((name, previous), self.logs.get(name))
         if isinstance(log, ApiError):
             raise log
         if log is None:

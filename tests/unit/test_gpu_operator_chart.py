@@ -20,7 +20,8 @@ from tests.conftest import COLLECTIONS, ROOT
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXPECTED = os.path.join(HERE, "expected")
 INPUTS = os.path.join(EXPECTED, "inputs")
-REFERENCE_VALUES = os.path.join(ROOT, "..", "shared", "reference", "gpu-operator-v26.3.2", "values.yaml")
+# The chart's v26.3.2 values.yaml as the role ships it (upstream's file under a comment header).
+REFERENCE_VALUES = os.path.join(ROOT, "roles", "gpu_operator", "files", "gpu-operator-v26.3.2-values.yaml")
 ARCHIVE = os.path.join(INPUTS, "gpu-operator-v26.3.2-stub.tgz")
 RKE2_IMAGES = os.path.join(INPUTS, "rke2-images.linux-amd64.txt")
 MIRROR = "registry.site.example:5000"
@@ -319,7 +320,7 @@ def test_role_refuses_a_rollback_without_a_previous_manifest(site):
 
 def test_expected_manifests_are_valid_helmcharts():
     # The expected files are what RKE2's helm-controller reads: check their shape against its CRD's fields.
-    crd = yaml.safe_load(open(os.path.join(ROOT, "..", "shared", "reference", "helm-controller-v0.16.26",
+    crd = yaml.safe_load(open(os.path.join(ROOT, "tests", "lab", "reference", "helm-controller-v0.16.26",
                                            "helm.cattle.io_helmcharts.yaml")))
     fields = set(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"])
     names = [n for n in os.listdir(EXPECTED) if n.endswith(".helmchart.yaml")]

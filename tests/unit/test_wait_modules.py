@@ -462,6 +462,21 @@ def test_helmchart_wait_reports_a_failed_attempt_at_once_with_its_log(run):
     assert ("log", "pods", "helm-install-gpu-operator-x7k2p", "helm", True) in cluster.calls
 
 
+def test_helmchart_wait_reads_the_current_log_when_the_failed_attempt_has_no_previous_one(run):
+    # After its first failure the container waits in CrashLoopBackOff: the kubelet has no
+    # previous instance yet, the failed attempt's log is the current one.
+    crashing = job_pod(state={"waiting": {"reason": "CrashLoopBackOff"}}, restarts=1,
+                       last_state={"terminated": {"exitCode": 1, "reason": "Error"}})
+    name = crashing["metadata"]["name"]
+    cluster = FakeCluster(helmcharts=[helmchart(job_name="helm-install-gpu-operator")], jobs=[job()], pods=[crashing])
+    cluster.logs[(name, True)] = k8s_wait.ApiError(400, "previous terminated container \"helm\" in pod %s not found" % name)
+    cluster.logs[(name, False)] = "Error: UPGRADE FAILED: the NRI Plugin cannot be enabled when CDI is disabled\n"
+    rc, result, _connects = run(helmchart_wait, cluster, name="gpu-operator")
+    assert rc == 1
+    assert result["log_tail"] == ["Error: UPGRADE FAILED: the NRI Plugin cannot be enabled when CDI is disabled"]
+    assert [c[4] for c in cluster.calls if c[0] == "log"] == [True, False]
+
+
 def test_helmchart_wait_waits_for_the_job_of_the_new_values(run):
     chart = helmchart(job_name="helm-install-gpu-operator", spec_time="2026-11-30T11:00:00Z")
     old = job(uid="old", created="2026-11-30T10:00:00Z", complete=True)
