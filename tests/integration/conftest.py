@@ -51,3 +51,13 @@ def lab_env(lab):
     env = dict(os.environ)
     env.update(lab.env())
     return env
+
+
+@pytest.fixture(scope="session")
+def real_operator(lab):
+    """The lab, when it runs the real GPU Operator; the suites that judge the collection
+    by the real operator, chart and helm are skipped (offline only: CI requires it)."""
+    if lab.mode != "real":
+        pytest.skip("needs the GPU Operator's upstream source (GPU_OPERATOR_SRC, ../shared/upstream/"
+                    "gpu-operator-v26.3.2.tar.gz, or a clone of the tag): this lab runs the offline simulator")
+    return lab

@@ -400,6 +400,44 @@ def test_isolating_a_node_removes_its_operands_and_gpus_and_keeps_it_schedulable
     assert om.OPERANDS_LABEL not in nodes["gpu-container-2"].metadata.labels
 
 
+# ---------------------------------------------------------------- an operand off, then on again
+
+def test_dropping_an_operand_from_gpu_operands_disabled_sets_its_label_true_and_it_returns(labelled, tmp_path):
+    lab = labelled["lab"]
+    node, operand = "gpu-container-2", "dcgm-exporter"
+    label = om.deploy_label(operand)
+    off = run_role(lab, write_inventory(tmp_path, {node: {"gpu_operands_disabled": [operand]}}))
+    assert off.rc == 0, off
+
+    def operand_gone(pods):
+        found = operand_pods(pods, node)
+        return (set(f[0] for f in found) == expected_operands(om.CONTAINER) - {operand}
+                and all(f[1] for f in found))
+    wait_for(lab.core().list_namespaced_pod, operand_gone, timeout=WAIT_S, namespace=NS)
+    switched_off = lab.core().read_node(node)
+    assert switched_off.metadata.labels[label] == om.DEPLOY_FALSE
+    assert label in json.loads(switched_off.metadata.annotations[nl.OWNED_LABELS_ANNOTATION])
+
+    # Back to the lab inventory: the label is set to true, not removed. The operator does not
+    # reconcile a node whose deploy label goes, so an absent label would leave it off.
+    on = run_role(lab, labelled["inventory"])
+    assert on.rc == 0, on
+    # The role runs once for all nodes: its changes count on the play's first host.
+    assert sum(counts["changed"] for counts in on.recap().values()) > 0, on
+    nodes = wait_for_fleet(lab, LABELLED)[1]
+    assert nodes[node].metadata.labels[label] == om.DEPLOY_TRUE
+    # true is the operator's own value: the role no longer owns the label.
+    assert label not in json.loads(nodes[node].metadata.annotations[nl.OWNED_LABELS_ANNOTATION])
+    assert (operand, True) in operand_pods(wait_for_fleet(lab, LABELLED)[0], node)
+
+    lab.wait_settled(timeout=WAIT_S)
+    before = snapshot(lab)
+    again = run_role(lab, labelled["inventory"])
+    assert again.rc == 0, again
+    assert all(counts["changed"] == 0 and counts["failed"] == 0 for counts in again.recap().values()), again
+    assert_untouched(lab, before)
+
+
 # ---------------------------------------------------------------- check mode
 
 def test_check_diff_lists_label_changes_per_node_and_changes_nothing(unlabelled, tmp_path):

@@ -18,8 +18,8 @@ A difference fails the test with a readable diff. An accepted difference is list
 makes the list shrink rather than rot.
 """
 
+import concurrent.futures
 import json
-import os
 import time
 
 import pytest
@@ -29,7 +29,6 @@ from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_mo
 from ansible_collections.gpuplatform.rke2.plugins.module_utils.operator_values import effective_values
 from tests.lab.gpu_operator_sim import CHART_VALUES
 from tests.lab.lab import Lab
-from tests.lab.upstream import OPERATOR_TAG
 
 NAMESPACE = om.DEFAULT_NAMESPACE
 # Labels the node agent writes in the operator's place would be a GPU's (GFD), not the operator's.
@@ -206,6 +205,12 @@ def clean_fleet(lab):
             lab.core().patch_node(name, {"metadata": {"labels": patch}})
 
 
+def as_registered(facts):
+    """A node's facts without the labels the operator wrote (what it had when it joined)."""
+    return dict(facts, labels=dict((k, v) for k, v in facts["labels"].items()
+                                   if not k.startswith("nvidia.com/") or k == om.MIG_CAPABLE_LABEL))
+
+
 def node_facts(lab):
     return dict((n.metadata.name, {"labels": dict(n.metadata.labels or {}),
                                    "taints": lab.api.sanitize_for_serialization(n.spec.taints) or []})
@@ -249,12 +254,12 @@ def run_scenario(lab, scenario):
     if scenario.late_node:
         before = node_facts(lab)
         lab.add_node(scenario.late_node, workload_config=None, gpus=2)
-        before[scenario.late_node] = node_facts(lab)[scenario.late_node]
         lab.wait_settled(timeout=SETTLE_S)
+        # As it joined (NFD's labels, none of the operator's), with its taints once the node
+        # lifecycle controller took the transient not-ready one off.
+        before[scenario.late_node] = as_registered(node_facts(lab)[scenario.late_node])
     if before is None:
-        before = dict((name, dict(facts, labels=dict((k, v) for k, v in facts["labels"].items()
-                                                     if not k.startswith("nvidia.com/") or k == om.MIG_CAPABLE_LABEL)))
-                      for name, facts in node_facts(lab).items())
+        before = dict((name, as_registered(facts)) for name, facts in node_facts(lab).items())
     _settle_policy(lab)
     return before, observe(lab)
 
@@ -270,13 +275,10 @@ def _settle_policy(lab):
 # ---------------------------------------------------------------- the suite
 
 @pytest.fixture(scope="module")
-def real(lab):
-    if lab.mode != "real":
-        pytest.skip("needs the GPU Operator's upstream source (GPU_OPERATOR_SRC, ../shared/upstream/%s, or a clone "
-                    "of the tag): this lab runs the offline simulator" % "gpu-operator-v26.3.2.tar.gz")
-    yield lab
-    clean_fleet(lab)
-    lab.reset()
+def real(real_operator):
+    yield real_operator
+    clean_fleet(real_operator)
+    real_operator.reset()
 
 
 @pytest.fixture(scope="module")
@@ -292,11 +294,15 @@ def simulated(real, tmp_path_factory):
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
 def test_model_and_simulator_agree_with_the_real_operator(real, simulated, scenario):
-    before, seen = run_scenario(real, scenario)
+    # The two labs are independent and mostly wait (helm, the operator's reconcile, the
+    # node agent): run the scenario in both at once.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        on_real, on_simulator = pool.submit(run_scenario, real, scenario), pool.submit(run_scenario, simulated, scenario)
+        before, seen = on_real.result()
+        _sim_before, simulator_seen = on_simulator.result()
     assert seen["daemonsets"], "the real operator created no operand DaemonSet: %s" % json.dumps(seen, indent=1)
     predicted = predict(before, scenario.values)
     model_diffs, model_stale = unaccepted(scenario.name, "model", differences(predicted, seen))
-    _sim_before, simulator_seen = run_scenario(simulated, scenario)
     sim_diffs, sim_stale = unaccepted(scenario.name, "simulator", differences(simulator_seen, seen))
     report = []
     if model_diffs:
@@ -306,70 +312,3 @@ def test_model_and_simulator_agree_with_the_real_operator(real, simulated, scena
     for rule in model_stale + sim_stale:
         report.append("accepted difference no longer occurs, remove it from ACCEPTED: %r" % (rule,))
     assert not report, "\n\n".join(report)
-
-
-# ---------------------------------------------------------------- the real chart renders what the role renders
-
-def _role_renderings():
-    """(name, values) of every chart-line-v26.3 combination the gpu_operator role renders
-    in its unit tests (tests/unit/test_gpu_operator_chart.py), one per distinct values."""
-    from tests.unit import test_gpu_operator_chart as chart_tests
-    args = [("named-%s" % name, dict(kwargs)) for name, kwargs in sorted(chart_tests.SCENARIOS.items())
-            if kwargs.get("chart_version", "v26.3.2") == "v26.3.2"]
-    args += [("combination-%s" % "-".join(str(x) for x in c[1:]), chart_tests._combination_args(*c))
-             for c in chart_tests.COMBINATIONS if c[0] == "v26.3.2"]
-    return chart_tests, args
-
-
-def test_the_real_chart_renders_every_values_combination_the_role_renders(real, capsys, tmp_path):
-    """``helm template`` of the real chart (as packaged in the lab's repository) succeeds
-    for each, and the ClusterPolicy it renders passes the lab API server's real CRD
-    (server-side dry run)."""
-    import subprocess
-    from kubernetes import client
-    chart_tests, renderings = _role_renderings()
-    state = real.state()
-    helm = os.path.join(state["helm_tools"], "helm")
-    package = os.path.join(real.workdir, "chart-repo", "charts", "gpu-operator-%s.tgz" % OPERATOR_TAG)
-    api = client.CustomObjectsApi(real.api)
-    seen = {}
-    for name, kwargs in renderings:
-        rc, result = chart_tests.run(capsys, **kwargs)
-        if rc != 0:
-            continue  # refused by the role (its unit tests assert why): nothing reaches helm
-        values = yaml.safe_load(yaml.safe_load(result["manifest_yaml"].split("---\n", 1)[1])["spec"]["valuesContent"])
-        key = json.dumps(values, sort_keys=True)
-        if key in seen:
-            continue
-        seen[key] = name
-        values_file = tmp_path / ("%s.yaml" % len(seen))
-        values_file.write_text(yaml.safe_dump(values))
-        proc = subprocess.run([helm, "template", "gpu-operator", package, "--namespace", NAMESPACE,
-                               "--kube-version", "v1.34.4", "-f", str(values_file)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False)
-        assert proc.returncode == 0, "%s: helm template failed: %s" % (name, proc.stderr.strip())
-        policies = [d for d in yaml.safe_load_all(proc.stdout) if d and d.get("kind") == "ClusterPolicy"]
-        assert len(policies) == 1, "%s: the chart rendered %d ClusterPolicies" % (name, len(policies))
-        policies[0]["metadata"]["name"] = "conformance-dry-run"
-        accepted = api.create_cluster_custom_object(*(om.CLUSTER_POLICY_API + (policies[0],)), dry_run="All")
-        assert accepted["spec"]["driver"]["enabled"] == values.get("driver", {}).get("enabled", True), name
-    assert len(seen) >= 16, sorted(seen.values())
-
-
-def test_a_value_the_chart_refuses_fails_the_install_job_with_helms_message(real):
-    """As on RKE2: helm-controller's install Job runs helm, helm's template fails, the Job
-    pod crash-loops with helm's message, and helmchart_wait reports it at once."""
-    from tests.integration.modules import run_module
-    clean_fleet(real)
-    real.install_operator({"cdi": {"enabled": False, "nriPluginEnabled": True}})
-    try:
-        result = run_module("helmchart_wait", {"name": "gpu-operator", "timeout": 120}, real.kubeconfig)
-        assert result.get("failed"), result
-        assert result["job"] == "helm-install-gpu-operator"
-        # helm's own error, read from the failed attempt's log (--previous: the pod restarted).
-        assert any("the NRI Plugin cannot be enabled when CDI is disabled" in line for line in result["log_tail"]), \
-            result["log_tail"]
-        assert "the NRI Plugin cannot be enabled when CDI is disabled" in result["msg"]
-    finally:
-        real.install_operator(DEFAULTS)
-        real.wait_settled(timeout=SETTLE_S)

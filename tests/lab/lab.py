@@ -279,11 +279,31 @@ class Lab(object):
         while time.monotonic() < deadline:
             if predicate():
                 return
-            if component and not self._alive(self.state()["pids"][component], _binary(component)):
-                raise LabError("%s exited during start-up; see %s" % (
-                    component, os.path.join(self.logs_dir, component + ".log")))
+            if component and self._exited(component):
+                raise LabError("%s exited during start-up (%s); see %s:\n%s" % (
+                    component, self._exited(component), self._log_path(component), self._log_tail(component)))
             time.sleep(0.1)
         raise LabError("%s not ready after %ss; logs in %s" % (what, timeout, self.logs_dir))
+
+    def _exited(self, component):
+        """How a component this Lab started has ended ("exit status N"), or None while it runs.
+        The child's own Popen decides when this process started it; /proc otherwise."""
+        proc = self._children.get(component)
+        if proc is not None:
+            code = proc.poll()
+            return None if code is None else "exit status %s" % code
+        pid = self.state().get("pids", {}).get(component)
+        return None if self._alive(pid, _binary(component)) else "not running"
+
+    def _log_path(self, component):
+        return os.path.join(self.logs_dir, component + ".log")
+
+    def _log_tail(self, component, lines=15):
+        try:
+            with open(self._log_path(component), errors="replace") as handle:
+                return "".join(handle.readlines()[-lines:])
+        except IOError:
+            return "(no log)"
 
     def _etcd_ready(self):
         port = self.state()["ports"]["etcd"]
@@ -574,6 +594,23 @@ class Lab(object):
                             raise
         self._wait_for("CRDs established (%s)" % ", ".join(sorted(names)), lambda: self._crds_established(names), 60)
 
+    def _install_argocd_crds(self):
+        """Argo CD's real Application and AppProject CRDs, so that the API server judges the
+        Applications a site renders (server-side dry run) by Argo CD's own schema."""
+        try:
+            paths = upstream.resolve_argocd_crds()
+        except upstream.UpstreamMissing as exc:
+            if upstream.upstream_required():
+                raise LabError("%s=1 and no Argo CD CRDs: %s" % (upstream.REQUIRE_ENV, "; ".join(exc.tried)))
+            log("no Argo CD CRDs (%s): Applications are not checked against Argo CD's schema" % "; ".join(exc.tried))
+            return
+        log("installing Argo CD's Application and AppProject CRDs (%s)" % os.path.relpath(
+            os.path.dirname(paths[0]), ROOT))
+        self._apply_crds(paths)
+        state = self.state()
+        state["argocd_crds"] = True
+        self._save_state(state)
+
     def _crds_established(self, wanted):
         from kubernetes import client
         ext = client.ApiextensionsV1Api(self.api)
@@ -674,6 +711,7 @@ class Lab(object):
         else:
             log("installing CRDs (HelmChart, HelmChartConfig, ClusterPolicy from tests/lab/reference, kwok Logs)")
             self._apply_crds(list(SIMULATED_CRDS) + [KWOK_LOGS_CRD])
+        self._install_argocd_crds()
         log("starting kube-controller-manager, kube-scheduler, kwok")
         self._start_controllers()
         self._start_kwok()

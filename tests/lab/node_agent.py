@@ -117,7 +117,10 @@ def node_files(node):
 
 
 def node_boot(node):
-    return (node["metadata"].get("annotations") or {}).get(BOOT_ANNOTATION) or "0"
+    """Which boot of which host: a node object deleted and registered again under the same
+    name is a new host (an empty /run), even for pods of the old one not yet collected."""
+    return "%s/%s" % (node["metadata"].get("uid") or "", (node["metadata"].get("annotations") or {}).get(
+        BOOT_ANNOTATION) or "0")
 
 
 def selects(template_spec, node):

@@ -137,7 +137,7 @@ def _validate(component):
 
 
 def _node(annotations=None, allocatable=None):
-    return {"metadata": {"name": "n1", "labels": {}, "annotations": annotations or {}},
+    return {"metadata": {"name": "n1", "uid": "u1", "labels": {}, "annotations": annotations or {}},
             "status": {"allocatable": allocatable or {}}}
 
 
@@ -175,10 +175,17 @@ def test_with_no_driver_daemonset_targeting_the_node_the_host_driver_validates()
 
 
 def test_after_a_reboot_an_initialized_pod_runs_its_gates_again():
-    pod = _pod("device-plugin", [WAIT_TOOLKIT], annotations={node_agent.INITIALIZED_ANNOTATION: "0"})
-    assert _state(pod, _node(), set())["ready"] is True  # initialized in boot 0, files gone: no matter
+    pod = _pod("device-plugin", [WAIT_TOOLKIT], annotations={node_agent.INITIALIZED_ANNOTATION: "u1/0"})
+    assert _state(pod, _node(), set())["ready"] is True  # initialized in this boot: the files no longer matter
     rebooted = _node(annotations={node_agent.BOOT_ANNOTATION: "1"})
     assert _state(pod, rebooted, set())["blocked"] == "toolkit-validation"
+
+
+def test_a_node_registered_again_under_the_same_name_is_a_new_host():
+    pod = _pod("device-plugin", [WAIT_TOOLKIT], annotations={node_agent.INITIALIZED_ANNOTATION: "u1/0"})
+    again = _node()
+    again["metadata"]["uid"] = "u2"
+    assert _state(pod, again, set())["blocked"] == "toolkit-validation"
 
 
 def test_a_held_down_operand_runs_without_turning_ready():
