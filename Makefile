@@ -111,7 +111,7 @@ unit: venv ## unit tests (pure logic, no cluster)
 
 integration: venv lab-build ## lab integration tests (brings the lab up for the session)
 	$(call say,lab integration tests)
-	$(PY) -m pytest tests/integration -q
+	$(PY) -m pytest tests/integration -q -rs
 
 molecule: venv lab-build ## molecule scenarios
 	$(call say,molecule scenarios)

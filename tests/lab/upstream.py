@@ -144,7 +144,7 @@ def _clone():
         raise RuntimeError(str(exc))
     if proc.returncode != 0 or not _is_operator_tree(partial):
         shutil.rmtree(partial, ignore_errors=True)
-        raise RuntimeError((proc.stdout or "").strip().splitlines()[-1:] or "clone incomplete")
+        raise RuntimeError(((proc.stdout or "").strip().splitlines() or ["clone incomplete"])[-1])
     os.rename(partial, target)
     return target
 
