@@ -31,9 +31,13 @@ from tests.lab.gpu_operator_sim import CHART_VALUES
 from tests.lab.lab import Lab
 
 NAMESPACE = om.DEFAULT_NAMESPACE
+KERNEL_LABEL = "feature.node.kubernetes.io/kernel-version.full"
+OS_ID_LABEL = "feature.node.kubernetes.io/system-os_release.ID"
+OS_VERSION_LABEL = "feature.node.kubernetes.io/system-os_release.VERSION_ID"
 # Labels the node agent writes in the operator's place would be a GPU's (GFD), not the operator's.
 SIMULATED_LABELS = ("nvidia.com/gpu.product", "nvidia.com/gpu.memory", "nvidia.com/gpu.count")
 SETTLE_S = 180
+CONVERGE_S = 30
 LATE_NODE = "gpu-late-1"
 
 with open(CHART_VALUES) as _handle:
@@ -86,6 +90,14 @@ SCENARIOS = [
     Scenario("unknown-workload-config", SANDBOX, [
         ("unknown", {"gpu-container-1": {om.WORKLOAD_CONFIG_LABEL: "vm-unknown"}})]),
     Scenario("late-node", DEFAULTS, late_node=LATE_NODE),
+    # hasMIGCapableGPU from the mig.capable label; the MPS control daemon where mps.capable.
+    Scenario("mig-and-mps-capable", DEFAULTS, [("capabilities", {
+        "gpu-container-1": {om.MIG_CAPABLE_LABEL: "true"},
+        "gpu-container-2": {om.MPS_CAPABLE_LABEL: "true"}})]),
+    # Precompiled drivers: one DaemonSet per kernel and OS, nvidia-driver-daemonset-<kernel>-<os>.
+    Scenario("precompiled-driver", {"driver": {"usePrecompiled": True}}),
+    # gpu.present=true without NFD's PCI labels is not a GPU node: the operator says false.
+    Scenario("gpu-present-without-nfd", DEFAULTS, [("claim", {"cpu-1": {om.GPU_PRESENT_LABEL: "true"}})]),
     # gpu-tainted-1 (the fleet's): a taint the operand DaemonSets do not tolerate; in every
     # scenario, and here alone with the defaults.
     Scenario("untolerated-taint", DEFAULTS),
@@ -149,10 +161,23 @@ def predict(nodes, values):
         if not policy["operands_enabled"].get(operand.name):
             continue
         selector = om.node_selector(operand)
-        desired = sum(1 for name, node in nodes.items()
-                      if all(after[name].get(k) == v for k, v in selector.items())
-                      and not om.untolerated_taints(node["taints"]))
-        daemonsets[operand.daemonset] = {"selector": selector, "desired": desired}
+        targets = [name for name, node in nodes.items()
+                   if all(after[name].get(k) == v for k, v in selector.items())
+                   and not om.untolerated_taints(node["taints"])]
+        if operand.name == "driver" and effective_values(CHART_DEFAULTS, values)["driver"].get("usePrecompiled"):
+            # One DaemonSet per (kernel, OS) among the nodes it targets, each also selecting its
+            # kernel (object_controls.go transformPrecompiledDriverDaemonset).
+            groups = {}
+            for name in targets:
+                key = (nodes[name]["labels"].get(KERNEL_LABEL), "%s%s" % (
+                    nodes[name]["labels"].get(OS_ID_LABEL), nodes[name]["labels"].get(OS_VERSION_LABEL)))
+                groups.setdefault(key, []).append(name)
+            for (kernel, os_tag), members in groups.items():
+                daemonsets[om.precompiled_driver_daemonset(kernel, os_tag)] = {
+                    "selector": dict(selector, **{KERNEL_LABEL: kernel}),
+                    "desired": len(members)}
+            continue
+        daemonsets[operand.daemonset] = {"selector": selector, "desired": len(targets)}
     gpu_nodes = [n for n, node in nodes.items() if om.is_gpu_node(node["labels"])]
     reason = om.REASON_RECONCILED if gpu_nodes else om.REASON_NO_GPU_NODES
     return {"daemonsets": daemonsets, "labels": labels, "cluster_policy": {
@@ -272,6 +297,34 @@ def _settle_policy(lab):
         pass
 
 
+def checks_against_the_operator(lab):
+    """Where gpu_node_check, reading the live ClusterPolicy, expects operands on each node
+    and where the real operator's DaemonSets placed pods must agree; a GPU node they cannot
+    reach (a taint they do not tolerate) must be an error naming the taint. Returns the
+    disagreements, one line each."""
+    from tests.integration.modules import run_module
+    result = run_module("gpu_node_check", {"fail_on_findings": False}, lab.kubeconfig)
+    assert "nodes" in result, result.get("msg")
+    placed = {}
+    for pod in lab.core().list_namespaced_pod(NAMESPACE).items:
+        operand = om.operand_of_pod(pod.metadata.labels)
+        if operand is not None and pod.spec.node_name and not pod.metadata.deletion_timestamp:
+            placed.setdefault(pod.spec.node_name, set()).add(operand.name)
+    problems = []
+    for name, report in sorted(result["nodes"].items()):
+        expected = set(report.get("expected_operands") or ())
+        if report.get("untolerated_taints"):
+            errors = [f for f in result["findings"] if f["node"] == name and f["severity"] == "error"
+                      and f["code"] == "untolerated-taint"]
+            if report["ok"] or not errors:
+                problems.append("%s: a GPU node the DaemonSets cannot reach is not an untolerated-taint error" % name)
+            continue
+        if expected != placed.get(name, set()):
+            problems.append("%s: checks expect %s, the operator placed %s" % (
+                name, sorted(expected), sorted(placed.get(name, set()))))
+    return problems
+
+
 # ---------------------------------------------------------------- the suite
 
 @pytest.fixture(scope="module")
@@ -300,8 +353,16 @@ def test_model_and_simulator_agree_with_the_real_operator(real, simulated, scena
         on_real, on_simulator = pool.submit(run_scenario, real, scenario), pool.submit(run_scenario, simulated, scenario)
         before, seen = on_real.result()
         _sim_before, simulator_seen = on_simulator.result()
-    assert seen["daemonsets"], "the real operator created no operand DaemonSet: %s" % json.dumps(seen, indent=1)
     predicted = predict(before, scenario.values)
+    # The operator acts on the ClusterPolicy's change on its own schedule (its work queue,
+    # a 5 s requeue while notReady), and nothing it writes says which change it has seen:
+    # it gets until CONVERGE_S to reach the predicted state, each look after a settled lab.
+    deadline = time.monotonic() + CONVERGE_S
+    while unaccepted(scenario.name, "model", differences(predicted, seen))[0] and time.monotonic() < deadline:
+        real.wait_settled(timeout=SETTLE_S)
+        seen = observe(real)
+    assert seen["daemonsets"], "the real operator created no operand DaemonSet: %s" % json.dumps(seen, indent=1)
+    checks = checks_against_the_operator(real)
     model_diffs, model_stale = unaccepted(scenario.name, "model", differences(predicted, seen))
     sim_diffs, sim_stale = unaccepted(scenario.name, "simulator", differences(simulator_seen, seen))
     report = []
@@ -309,6 +370,9 @@ def test_model_and_simulator_agree_with_the_real_operator(real, simulated, scena
         report.append("operand model vs the real operator:\n" + readable(model_diffs, "model", "real operator"))
     if sim_diffs:
         report.append("simulator vs the real operator:\n" + readable(sim_diffs, "simulator", "real operator"))
+    if checks:
+        report.append("gpu_node_check (the live ClusterPolicy read as the operator reads it) vs where the real "
+                      "operator's DaemonSets put pods:\n" + "\n".join(checks))
     for rule in model_stale + sim_stale:
         report.append("accepted difference no longer occurs, remove it from ACCEPTED: %r" % (rule,))
     assert not report, "\n\n".join(report)
