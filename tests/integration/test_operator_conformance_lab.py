@@ -27,13 +27,10 @@ import yaml
 
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
 from ansible_collections.gpuplatform.rke2.plugins.module_utils.operator_values import effective_values
-from tests.lab.gpu_operator_sim import CHART_VALUES
+from tests.lab.gpu_operator_sim import CHART_VALUES, KERNEL_LABEL, OS_ID_LABEL, OS_VERSION_LABEL
 from tests.lab.lab import Lab
 
 NAMESPACE = om.DEFAULT_NAMESPACE
-KERNEL_LABEL = "feature.node.kubernetes.io/kernel-version.full"
-OS_ID_LABEL = "feature.node.kubernetes.io/system-os_release.ID"
-OS_VERSION_LABEL = "feature.node.kubernetes.io/system-os_release.VERSION_ID"
 # Labels the node agent writes in the operator's place would be a GPU's (GFD), not the operator's.
 SIMULATED_LABELS = ("nvidia.com/gpu.product", "nvidia.com/gpu.memory", "nvidia.com/gpu.count")
 SETTLE_S = 180

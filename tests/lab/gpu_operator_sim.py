@@ -41,6 +41,9 @@ from tests.lab.node_agent import now_rfc3339, pod_running_ready
 ROOT = fleet_mod.ROOT
 CHART_VALUES = os.path.join(ROOT, "roles", "gpu_operator", "files", "gpu-operator-v26.3.2-values.yaml")
 HELM_FINALIZER = "wrangler.cattle.io/on-helm-chart-remove"
+KERNEL_LABEL = "feature.node.kubernetes.io/kernel-version.full"
+OS_ID_LABEL = "feature.node.kubernetes.io/system-os_release.ID"
+OS_VERSION_LABEL = "feature.node.kubernetes.io/system-os_release.VERSION_ID"
 INSTALL_ANNOTATION = fleet_mod.LAB_ANNOTATION + "install"
 VALUES_HASH_ANNOTATION = fleet_mod.LAB_ANNOTATION + "values-hash"
 FAIL_LABEL = fleet_mod.LAB_ANNOTATION + "fail"
@@ -248,7 +251,7 @@ class OperatorSimulator(object):
         policy = om.policy_from_spec(values, namespace)
         nodes = self._json(self.core.list_node())["items"]
         self.label_nodes(nodes, policy)
-        self.daemonsets(values, version, namespace, policy)
+        self.daemonsets(values, version, namespace, policy, self._json(self.core.list_node())["items"])
         daemonsets = self._json(self.apps.list_namespaced_daemon_set(namespace))["items"]
         gpu_nodes = [n for n in nodes if om.is_gpu_node(n["metadata"].get("labels"))]
         # Like the real operator (controllers/clusterpolicy_controller.go): a state is ready
@@ -324,7 +327,9 @@ class OperatorSimulator(object):
             wanted = om.operator_node_labels(labels, policy)
             common_outdated = om.GPU_PRESENT_LABEL in wanted and labels.get(om.GPU_PRESENT_LABEL) != \
                 wanted[om.GPU_PRESENT_LABEL]
-            if self._label_triggers.get(name) == trigger and not common_outdated:
+            mig_label_missing = om.is_gpu_node(labels) and om.has_mig_capable_gpu(labels) and \
+                om.deploy_label("mig-manager") not in labels
+            if self._label_triggers.get(name) == trigger and not common_outdated and not mig_label_missing:
                 continue
             self._label_triggers[name] = trigger
             patch = dict((k, v) for k, v in wanted.items() if labels.get(k) != v)
@@ -354,30 +359,50 @@ class OperatorSimulator(object):
         pod_spec["tolerations"] = copy.deepcopy(values.get("daemonsets", {}).get("tolerations") or [])
         return ds
 
-    def daemonsets(self, values, version, namespace, policy):
+    def daemonsets(self, values, version, namespace, policy, nodes):
+        """One DaemonSet per enabled operand; precompiled drivers one per kernel and OS of
+        the nodes with deploy.driver=true, each also selecting its kernel
+        (object_controls.go transformPrecompiledDriverDaemonset)."""
+        wanted = {}
         for operand in om.OPERANDS:
-            if operand.name not in self.assets:
+            if operand.name not in self.assets or not policy["operands_enabled"].get(operand.name):
                 continue
-            enabled = policy["operands_enabled"].get(operand.name)
-            if enabled:
-                ds = self._daemonset_manifest(operand, values, version, namespace)
-                if ds is None:
-                    print("daemonsets: %s is enabled but its values name no complete image" % operand.name,
-                          file=sys.stderr, flush=True)
-                    continue
-                account = ds["spec"]["template"]["spec"].get("serviceAccountName")
-                if account:
-                    self._ensure(self.core.read_namespaced_service_account,
-                                 self.core.create_namespaced_service_account,
-                                 self.core.patch_namespaced_service_account, account, namespace,
-                                 {"metadata": {"name": account}}, lambda o: o["metadata"]["name"])
-                self._ensure(self.apps.read_namespaced_daemon_set, self.apps.create_namespaced_daemon_set,
-                             self.apps.patch_namespaced_daemon_set, operand.daemonset, namespace, ds,
-                             lambda o: json.dumps([o["spec"]["template"]["spec"].get("tolerations"), [
-                                 c["image"] for c in (o["spec"]["template"]["spec"].get("initContainers") or [])
-                                 + o["spec"]["template"]["spec"]["containers"]]], sort_keys=True))
-            elif self._ignore((404,), self.apps.delete_namespaced_daemon_set, operand.daemonset, namespace) is not None:
+            ds = self._daemonset_manifest(operand, values, version, namespace)
+            if ds is None:
+                print("daemonsets: %s is enabled but its values name no complete image" % operand.name,
+                      file=sys.stderr, flush=True)
+                continue
+            if operand.name == "driver" and (values.get("driver") or {}).get("usePrecompiled"):
+                for kernel, os_tag in sorted(set(self._kernel_and_os(n) for n in nodes if (
+                        n["metadata"].get("labels") or {}).get(om.deploy_label("driver")) == om.DEPLOY_TRUE)):
+                    variant = copy.deepcopy(ds)
+                    variant["metadata"]["name"] = om.precompiled_driver_daemonset(kernel, os_tag)
+                    variant["spec"]["template"]["spec"]["nodeSelector"][KERNEL_LABEL] = kernel
+                    wanted[variant["metadata"]["name"]] = variant
+                continue
+            wanted[operand.daemonset] = ds
+        for name, ds in sorted(wanted.items()):
+            account = ds["spec"]["template"]["spec"].get("serviceAccountName")
+            if account:
+                self._ensure(self.core.read_namespaced_service_account, self.core.create_namespaced_service_account,
+                             self.core.patch_namespaced_service_account, account, namespace,
+                             {"metadata": {"name": account}}, lambda o: o["metadata"]["name"])
+            self._ensure(self.apps.read_namespaced_daemon_set, self.apps.create_namespaced_daemon_set,
+                         self.apps.patch_namespaced_daemon_set, name, namespace, ds,
+                         lambda o: json.dumps([o["spec"]["template"]["spec"].get("tolerations"),
+                                               o["spec"]["template"]["spec"].get("nodeSelector"), [
+                             c["image"] for c in (o["spec"]["template"]["spec"].get("initContainers") or [])
+                             + o["spec"]["template"]["spec"]["containers"]]], sort_keys=True))
+        for ds in self._json(self.apps.list_namespaced_daemon_set(namespace, label_selector=(
+                "app.kubernetes.io/managed-by=gpu-operator-sim")))["items"]:
+            if ds["metadata"]["name"] not in wanted:
+                self._ignore((404,), self.apps.delete_namespaced_daemon_set, ds["metadata"]["name"], namespace)
                 self.changes += 1
+
+    @staticmethod
+    def _kernel_and_os(node):
+        labels = node["metadata"].get("labels") or {}
+        return labels.get(KERNEL_LABEL) or "", "%s%s" % (labels.get(OS_ID_LABEL) or "", labels.get(OS_VERSION_LABEL) or "")
 
     def teardown(self, chart):
         """helm uninstall: the operator's objects go; the labels it set and the resources
