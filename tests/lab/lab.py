@@ -672,6 +672,20 @@ class Lab(object):
         return "real", source
 
     def up(self):
+        """Starts the lab (see the module docstring). A start that fails half-way stops what
+        it started, so no process outlives the error."""
+        try:
+            self._up()
+        except BaseException:
+            if self.state().get("pids"):
+                log("start-up failed: stopping what was started")
+                try:
+                    self.down()
+                except LabError as exc:
+                    log("while stopping: %s" % exc)
+            raise
+
+    def _up(self):
         if self.is_up():
             log("lab already up (%s, %s)" % (self.workdir, self.describe_operator()))
             self.register_fleet()
