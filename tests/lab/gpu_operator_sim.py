@@ -36,7 +36,7 @@ from ansible_collections.gpuplatform.rke2.plugins.module_utils import image_plan
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
 from ansible_collections.gpuplatform.rke2.plugins.module_utils.operator_values import effective_values, lookup
 from tests.lab import fleet as fleet_mod
-from tests.lab.node_agent import now_rfc3339, pod_running_ready
+from tests.lab.node_agent import ignoring, now_rfc3339, pod_running_ready
 
 ROOT = fleet_mod.ROOT
 CHART_VALUES = os.path.join(ROOT, "roles", "gpu_operator", "files", "gpu-operator-v26.3.2-values.yaml")
@@ -92,13 +92,7 @@ class OperatorSimulator(object):
     def _json(self, obj):
         return self.api.sanitize_for_serialization(obj)
 
-    def _ignore(self, status, fn, *args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except client.ApiException as exc:
-            if exc.status not in status:
-                raise
-            return None
+    _ignore = staticmethod(ignoring)
 
     def reconcile(self, chart):
         """One pass over the current HelmChart (or its absence); returns the summary's

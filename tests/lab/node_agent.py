@@ -89,6 +89,16 @@ def now_rfc3339():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def ignoring(status, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``, or None when the API answers with one of the ``status`` codes."""
+    try:
+        return fn(*args, **kwargs)
+    except client.ApiException as exc:
+        if exc.status not in status:
+            raise
+        return None
+
+
 def pod_running_ready(pod):
     status = pod.get("status") or {}
     if pod["metadata"].get("deletionTimestamp") or status.get("phase") != "Running":
@@ -205,13 +215,7 @@ class NodeAgent(object):
                 time.sleep(0.5)
                 self.events.put("retry")
 
-    def _ignore(self, status, fn, *args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except client.ApiException as exc:
-            if exc.status not in status:
-                raise
-            return None
+    _ignore = staticmethod(ignoring)
 
     def _sync_token(self):
         """The token a waiter last wrote on the summary ConfigMap. Read before anything else,
