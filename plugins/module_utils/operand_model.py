@@ -519,8 +519,8 @@ def not_applicable_reason(operand_, labels, policy_, config):
     if operand_.capability_label and labels.get(operand_.capability_label) != "true":
         return "the node lacks %s=true" % operand_.capability_label
     if operand_.name == "mig-manager" and operand_.deploy_label not in labels and not has_mig_capable_gpu(labels):
-        return "the node has no MIG-capable GPU (%s, %s, %s)" % (VGPU_HOST_DRIVER_LABEL, MIG_CAPABLE_LABEL,
-                                                                GPU_PRODUCT_LABEL)
+        return "the node has no MIG-capable GPU (%s, %s, %s)" % (
+            VGPU_HOST_DRIVER_LABEL, MIG_CAPABLE_LABEL, GPU_PRODUCT_LABEL)
     return None
 
 

@@ -23,7 +23,7 @@ description:
   - Which operands a node runs follows the collection's operand model, honouring operands switched off by their
     deploy label, operands disabled in the ClusterPolicy and a pre-installed driver or container runtime.
     Operands paused by a driver upgrade, a MIG or a vGPU change (C(paused-for-*) deploy labels) are waited for,
-    not left out: they come back. An operand whose deploy label is absent is waited for too, and its reason
+    not left out, since they come back. An operand whose deploy label is absent is waited for too, and its reason
     names the fix (set the label to C(true): the operator does not put a removed deploy label back).
   - A stuck node is reported at its lowest broken layer (driver, container-runtime, device-plugin,
     allocatable), not at the first operand of its chain that is not up: the operator-validator turns Ready only

@@ -219,8 +219,8 @@ def test_clean_fleet_reports_the_tainted_gpu_node_as_its_only_error(fleet):
     assert "{key: dedicated, operator: Exists, effect: NoSchedule}" in taint["message"]
     assert nc.first_broken_layer(tainted) == {"layer": om.LAYER_DRIVER, "operand": "driver",
                                               "reason": "no pod: taint %s not tolerated" % TAINT_TEXT}
-    assert [f["layer"] for f in tainted["layer_failures"]][:3] == [om.LAYER_DRIVER, om.LAYER_RUNTIME,
-                                                                    om.LAYER_DEVICE_PLUGIN]
+    assert [f["layer"] for f in tainted["layer_failures"]][:3] == [
+        om.LAYER_DRIVER, om.LAYER_RUNTIME, om.LAYER_DEVICE_PLUGIN]
     assert tainted["layer_failures"][-1] == {"layer": om.LAYER_ALLOCATABLE, "operand": "device-plugin",
                                              "reason": "no nvidia.com/gpu allocatable (capacity: none)"}
 

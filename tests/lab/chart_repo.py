@@ -65,10 +65,10 @@ class ChartRepo(object):
 
     def _helm(self, *args):
         result = subprocess.run((self.helm,) + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                universal_newlines=True)
+                                universal_newlines=True, check=False)
         if result.returncode != 0:
-            raise RuntimeError("helm %s failed (rc %d): %s" % (" ".join(args[:2]), result.returncode,
-                                                                result.stdout.strip()))
+            raise RuntimeError("helm %s failed (rc %d): %s" % (
+                " ".join(args[:2]), result.returncode, result.stdout.strip()))
 
 
 class RepoHandler(http.server.SimpleHTTPRequestHandler):

@@ -437,5 +437,3 @@ class OperatorSimulator(object):
             self.custom.patch_namespaced_custom_object("helm.cattle.io", "v1", "kube-system", "helmcharts",
                                                        chart["metadata"]["name"], {"metadata": {"finalizers": finalizers}})
             self.changes += 1
-
-

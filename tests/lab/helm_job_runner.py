@@ -760,7 +760,7 @@ class Entry(object):
                 self.term_lines.append(step.text)
                 self.decisive = step.text
             elif step.kind == "helm":
-                code, _ = self._helm(step.argv, stdin=step.stdin)
+                code = self._helm(step.argv, stdin=step.stdin)[0]
                 if self.killed:
                     return KILLED_EXIT_CODE
                 if step.fatal and code != 0:

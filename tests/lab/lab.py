@@ -460,8 +460,8 @@ class Lab(object):
             matches = stage["spec"]["selector"]["matchExpressions"]
             if stage["metadata"]["name"] in ("pod-ready", "pod-complete", "pod-fail-lab"):
                 matches.extend(operand_pod_exclusions())
-            if self.mode == "real" and stage["metadata"]["name"] in ("pod-ready", "pod-complete", "pod-fail-lab",
-                                                                      "pod-delete"):
+            if self.mode == "real" and stage["metadata"]["name"] in (
+                    "pod-ready", "pod-complete", "pod-fail-lab", "pod-delete"):
                 matches.extend(helm_pods)
         with open(path, "w") as handle:
             # kwokctl fills these defaults itself; the kwok binary alone does not.
@@ -741,14 +741,14 @@ class Lab(object):
             self._start_job_runner()
             log("starting the GPU Operator %s out of cluster" % OPERATOR_VERSION)
             self._start_operator()
-        log("starting the node agent (%s)" % ("kubelets, device plugins, GFD, CUDA sample" if mode == "real" else
-                                             "kubelets, device plugins, GFD, CUDA sample; simulated operator"))
+        log("starting the node agent (kubelets, device plugins, GFD, CUDA sample%s)" % (
+            "" if mode == "real" else "; simulated operator"))
         self._start_node_agent()
         state = self.state()
         state["started_seconds"] = round(time.monotonic() - started, 1)
         self._save_state(state)
-        log("lab up in %.1fs; %s; kubeconfig %s" % (time.monotonic() - started, self.describe_operator(),
-                                                     self.kubeconfig))
+        log("lab up in %.1fs; %s; kubeconfig %s" % (
+            time.monotonic() - started, self.describe_operator(), self.kubeconfig))
 
     def build(self):
         """Builds (or finds cached) every binary the lab would run now, and says which

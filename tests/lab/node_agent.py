@@ -315,7 +315,7 @@ class NodeAgent(object):
         # checks the driver pod, a device plugin waits for the toolkit validation), so
         # iterate to a fixpoint: a chain of N operands settles in at most N passes.
         states = {}
-        for _ in range(len(om.OPERANDS) + 2):
+        for _pass in range(len(om.OPERANDS) + 2):
             ready = {}
             for pod in operand_pods:
                 state = states.get(pod["metadata"]["uid"])

@@ -63,8 +63,9 @@ VALUES_ARGS = ["--values", VALUES[0], "--values", VALUES[1]]
 FLAGS = ["--labels", hjr.CONFIG_HASH_LABEL + "=" + CONFIG_HASH]
 
 
-def decide(release, args=INSTALL_ARGS, ssa=False, **env):
-    return hjr.release_steps(args, env_of(**env), release, "gpu-operator/gpu-operator", FLAGS, VALUES, ssa)
+def decide(release, args=None, ssa=False, **env):
+    return hjr.release_steps(INSTALL_ARGS if args is None else args, env_of(**env), release,
+                             "gpu-operator/gpu-operator", FLAGS, VALUES, ssa)
 
 
 # ---------------------------------------------------------------- the pod as a run plan

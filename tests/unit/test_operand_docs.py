@@ -38,8 +38,8 @@ def test_workload_table_lists_each_configs_chain_and_resource():
         names = [entry.split(" (")[0] for entry in row[1].split(", ") if not entry.startswith("only")]
         assert names == list(om.chain_for_workload(config))
         assert row[2].split("; ")[0] == om.RESOURCE_PLUGIN[config] == om.resource_plugin(config)
-    assert [row[2] for row in rows[1:]] == ["sandbox-device-plugin; kata mode: kata-sandbox-device-plugin",
-                                           "sandbox-device-plugin; kata mode: none"]
+    assert [row[2] for row in rows[1:]] == [
+        "sandbox-device-plugin; kata mode: kata-sandbox-device-plugin", "sandbox-device-plugin; kata mode: none"]
     assert "`nvidia.com/gpu`" in rows[0][3]
     assert "`nvidia.com/GA102GL_A10`" in rows[1][3]
     assert "`nvidia.com/NVIDIA_A10-12Q`" in rows[2][3]
