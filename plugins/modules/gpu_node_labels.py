@@ -73,7 +73,7 @@ options:
             the collection's operand model. Held back while the node is isolated, because the operator strips
             every deploy label from an isolated node.
           - An operand dropped from this list is switched back on with C(nvidia.com/gpu.deploy.<operand>=true).
-          - The validators cannot be listed (they are gates: what waits for them hangs after a reboot).
+          - The validators cannot be listed (they are gates, and what waits for them hangs after a reboot).
         type: list
         elements: str
         default: []

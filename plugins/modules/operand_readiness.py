@@ -24,9 +24,9 @@ description:
     deploy label, operands disabled in the ClusterPolicy and a pre-installed driver or container runtime.
     Operands paused by a driver upgrade, a MIG or a vGPU change (C(paused-for-*) deploy labels) are waited for,
     not left out, since they come back. An operand whose deploy label is absent is waited for too, and its reason
-    names the fix (set the label to C(true): the operator does not put a removed deploy label back).
+    names the fix (set the label to C(true), since the operator does not put a removed deploy label back).
   - A stuck node is reported at its lowest broken layer (driver, container-runtime, device-plugin,
-    allocatable), not at the first operand of its chain that is not up: the operator-validator turns Ready only
+    allocatable), not at the first operand of its chain that is not up; the operator-validator turns Ready only
     once the device plugin advertises GPUs, so its cause lies below it. A pod waiting in an init container names
     the container and the validator status file it waits for.
   - Rides through API server restarts within one overall O(timeout). At the deadline it fails naming the step it
