@@ -146,6 +146,9 @@ def test_cuda_sample_fails_on_a_broken_node(gpu_lab, fault):
     core = gpu_lab.core()
     if fault == "cuda-switch":
         gpu_lab.fail_cuda_sample("gpu-container-2")
+        # The lab's barrier: the node agent has read the node with its switch before the pod
+        # exists (else it can run the pod from a node list read just before the switch).
+        gpu_lab.wait_settled()
     else:
         gpu_lab.hold_down("gpu-container-2", "container-toolkit")
         wait_for(core.list_namespaced_pod, lambda o: any(

@@ -37,7 +37,8 @@ import uuid
 
 import yaml
 
-import tests.conftest  # noqa: F401  (puts the collection on sys.path for labctl run on its own)
+# Puts the collection on sys.path for labctl run on its own (outside pytest).
+import tests.conftest  # noqa: F401  pylint: disable=unused-import
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
 from tests.lab import fleet as fleet_mod
 from tests.lab import upstream
