@@ -23,7 +23,12 @@ the release on a busy host); "from the API change" is T0 replaced by that moment
 waiter itself adds.
 
     python -m bench.bench_waits [--plan allocatable=2:15,10:5,30:3,60:2 operands=2:8,30:2] [--interval 5]
-        [--json runs.json]
+        [--json runs.json] [--through-proxy]
+
+``--through-proxy``: instead of the loop, the same module a second time with its kubeconfig
+pointed at the lab's fault proxy (tests/lab/fault_proxy.py) in pass-through mode, each
+repetition both ways: what the proxy the fault tests run through adds (it should add
+nothing beyond noise).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -53,6 +58,7 @@ from ansible_collections.gpuplatform.rke2.plugins.module_utils import readiness 
 from tests.integration.conftest import FLEET_VALUES  # noqa: E402
 from tests.integration.kube import wait_for  # noqa: E402
 from tests.integration.modules import finish_module, start_module  # noqa: E402
+from tests.lab.fault_proxy import FaultProxy  # noqa: E402
 from tests.lab.lab import Lab  # noqa: E402
 
 NODE = "gpu-container-2"
@@ -128,10 +134,16 @@ def _observer(lab, scenario, seen):
     return thread
 
 
-def run_module_once(lab, scenario, hold):
+def run_module_once(lab, scenario, hold, proxy=None):
+    """One repetition of the module; through ``proxy`` (a FaultProxy) when given."""
     _hold(lab)
-    proc = start_module(scenario.module, scenario.args, lab.kubeconfig)
-    lab.wait_api_connections(proc.pid, scenario.kinds)
+    if proxy is None:
+        proc = start_module(scenario.module, scenario.args, lab.kubeconfig)
+        lab.wait_api_connections(proc.pid, scenario.kinds)
+    else:
+        first = proxy.next_number()
+        proc = start_module(scenario.module, scenario.args, proxy.kubeconfig_path)
+        proxy.wait_open(scenario.kinds, since=first)
     seen = []
     observer = _observer(lab, scenario, seen)
     time.sleep(hold)
@@ -195,13 +207,17 @@ def summary(runs, key):
     return {"median": statistics.median(values), "p95": p95(values), "min": min(values), "max": max(values)}
 
 
-def run(plan, interval, seed):
+def run(plan, interval, seed, through_proxy=False):
     rng = random.Random(seed)
     workdir = tempfile.mkdtemp(prefix="gpuplatform-bench-waits-")
     lab = Lab(workdir=workdir)
     lab.up()
     results = []
+    proxy = None
     try:
+        if through_proxy:
+            proxy = FaultProxy(lab.state()["ports"]["apiserver"]).start()
+            proxy.kubeconfig_path = proxy.kubeconfig(lab.kubeconfig, workdir)
         lab.reset(FLEET_VALUES)
         _settle(lab)
         for name, holds in plan:
@@ -214,8 +230,11 @@ def run(plan, interval, seed):
                     # a hold of a whole number of intervals would favour it every time.
                     held = hold + rng.uniform(0, interval)
                     row["module_runs"].append(run_module_once(lab, scenario, held))
-                    row["poll_runs"].append(run_poll_once(lab, scenario, held, interval))
-                    print("[bench %s] %s hold %ss %d/%d: module %.3fs %d requests, poll %.3fs %d calls" % (
+                    if proxy is not None:
+                        row["poll_runs"].append(run_module_once(lab, scenario, held, proxy))
+                    else:
+                        row["poll_runs"].append(run_poll_once(lab, scenario, held, interval))
+                    print("[bench %s] %s hold %ss %d/%d: module %.3fs %d requests, other %.3fs %d requests" % (
                         time.strftime("%H:%M:%S"), name, hold, index + 1, repetitions,
                         row["module_runs"][-1]["latency"], row["module_runs"][-1]["requests"],
                         row["poll_runs"][-1]["latency"], row["poll_runs"][-1]["requests"]), file=sys.stderr, flush=True)
@@ -224,9 +243,26 @@ def run(plan, interval, seed):
                         row["%s_%s" % (who, key)] = summary(row["%s_runs" % who], key)
                 results.append(row)
     finally:
+        if proxy is not None:
+            proxy.stop()
         lab.down()
         shutil.rmtree(workdir, ignore_errors=True)
     return results
+
+
+def report_proxy(results):
+    """The module direct against the module through the pass-through proxy."""
+    lines = ["Waits on the lab (%s, Python %s, %d CPUs): the module direct and through the fault proxy in "
+             "pass-through mode" % (platform.machine(), platform.python_version(), os.cpu_count() or 0), "",
+             "| scenario (module) | held | runs | direct from T0 | proxy from T0 | direct from API change "
+             "| proxy from API change | proxy/direct (medians from API change) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row in results:
+        lines.append("| %s (%s) | %s s | %d | %s | %s | %s | %s | %.2fx |" % (
+            row["scenario"], row["module"], row["hold"], row["repetitions"], _pair(row["module_latency"]),
+            _pair(row["poll_latency"]), _pair(row["module_from_api"]), _pair(row["poll_from_api"]),
+            _ratio(row["poll_from_api"]["median"], row["module_from_api"]["median"])))
+    return "\n".join(lines)
 
 
 def _ratio(a, b):
@@ -292,16 +328,18 @@ def main(argv=None):
     parser.add_argument("--interval", type=float, default=5.0, help="the polling loop's sleep (default: 5)")
     parser.add_argument("--seed", type=int, default=5, help="seed of the hold times' random part")
     parser.add_argument("--json", help="also write every run's numbers to this file")
+    parser.add_argument("--through-proxy", action="store_true",
+                        help="compare the module direct and through the fault proxy (pass-through) instead of the loop")
     args = parser.parse_args(argv)
     try:
         plan = parse_plan(args.plan)
     except argparse.ArgumentTypeError as exc:
         parser.error(str(exc))
-    results = run(plan, args.interval, args.seed)
+    results = run(plan, args.interval, args.seed, args.through_proxy)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(results, handle, indent=2, sort_keys=True)
-    print(report(results, args.interval))
+    print(report_proxy(results) if args.through_proxy else report(results, args.interval))
 
 
 if __name__ == "__main__":

@@ -96,4 +96,10 @@ def api_client(params, environ=None):
         configuration.ssl_ca_cert = settings["ca_cert"]
     if settings["validate_certs"] is not None:
         configuration.verify_ssl = settings["validate_certs"]
+    # urllib3 would retry a failed request up to 3 times, each with the full timeouts,
+    # behind the caller's back: a hung API server then costs 4 read timeouts a request,
+    # past any deadline. The waits retry on their own, with backoff, inside their deadline.
+    configuration.retries = False
+    # TCP keep-alive as client-go dials (30 s idle): the kernel notices a peer that is gone.
+    configuration.keep_alive = True
     return k8s_client.ApiClient(configuration)

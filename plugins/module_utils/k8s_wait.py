@@ -14,8 +14,18 @@ long it lasts and returns as soon as the condition holds:
   Operator's toolkit reconfigures containerd): mark the kind stale, back off (capped
   exponential), re-list. A stale kind never lets the condition succeed: only a fresh
   list does;
-- every request's timeouts (watch ``timeoutSeconds``, the client's ``_request_timeout``)
-  derive from the time left, so the wait ends at its deadline, not later.
+- a watch that brings no byte for ``WATCH_IDLE_TIMEOUT`` is dead (a half-open connection:
+  the API server's host lost, a load balancer or NAT that dropped the flow): the server
+  sends a bookmark on every watch about once a minute, so silence past that marks the kind
+  stale and it is re-listed. Each watch is renewed after 5 to 10 minutes, as client-go's
+  reflector does;
+- a success seen on watched data is confirmed by one fresh, consistent list of every kind
+  before it is returned: a watch can be silently behind, a list cannot;
+- one deadline: every request's timeouts (watch ``timeoutSeconds``, connect and read)
+  derive from the time left, urllib3 retries nothing, the calls a module makes after the
+  wait share the deadline (plus ``AFTER_DEADLINE_GRACE``), and ``elapsed`` is measured;
+- TLS verification and authentication failures end the wait at once with their own
+  message: retrying does not mend a wrong CA or an expired certificate.
 
 I/O goes through a small adapter (``KubeApi`` for the real client, a fake in the unit
 tests) that also carries the clock, so the tests drive the engine with scripted streams
@@ -30,7 +40,9 @@ import gc
 import json
 import math
 import queue
+import random
 import socket
+import ssl
 import threading
 import time
 from collections import namedtuple
@@ -43,9 +55,22 @@ BACKOFF_MAX = 5.0
 # delays the reconnect.
 LIST_READ_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 10.0
-# The client's read timeout on a watch lies past the watch's own timeoutSeconds, so the
-# server ends a quiet watch cleanly before the client would give up on it.
-WATCH_READ_GRACE = 10.0
+# kube-apiserver sends a BOOKMARK on every watch that asked for them roughly every minute
+# and 2 s before the watch's timeoutSeconds (k8s.io/apiserver pkg/storage/cacher,
+# cacheWatcher.nextBookmarkTime; measured in the lab: 60.7 s on a quiet kind). A watch
+# silent for longer than this is not quiet but dead: the read times out, the kind turns
+# stale and is re-listed. TCP keep-alive alone cannot tell: whatever stalls the flow in
+# between (a proxy, a load balancer) still answers the probes.
+WATCH_IDLE_TIMEOUT = 70.0
+# Watches are renewed after a random 5 to 10 minutes, client-go's reflector's
+# [minWatchTimeout, 2 * minWatchTimeout]: no single watch lives on for the whole wait.
+WATCH_RENEW_MIN = 300.0
+# Calls a module makes after its wait (diagnosis, logs, deleting its pods) share the wait's
+# deadline and may overrun it by this much in all, no more.
+AFTER_DEADLINE_GRACE = 1.5
+# Stopping the feeders: their streams are shut down, so they end at once; one blocked in
+# a list is a daemon thread and is not waited for longer than this, all together.
+STOP_GRACE = 0.2
 # A watch that ends at once without a single event (the server closed it on arrival) is
 # treated like an error and backed off, so a misbehaving server is not hammered.
 EARLY_END = 1.0
@@ -75,12 +100,14 @@ def by_name(key, api_version, plural, name, namespace=None, optional=False):
 
 class ApiError(Exception):
     """An API request failed: ``status`` is the HTTP status, 0 when no response came
-    (connection refused or reset, timeout, truncated stream)."""
+    (connection refused or reset, timeout, truncated stream). ``fatal``: retrying cannot
+    mend it although no status came (TLS verification or a refused client certificate)."""
 
-    def __init__(self, status, message):
+    def __init__(self, status, message, fatal=False):
         super(ApiError, self).__init__("%s%s" % ("HTTP %s: " % status if status else "", message))
         self.status = status
         self.message = message
+        self.fatal = fatal
 
 
 class WaitFailed(Exception):
@@ -89,6 +116,8 @@ class WaitFailed(Exception):
 
 
 def classify(error):
+    if getattr(error, "fatal", False):
+        return FATAL
     status = error.status
     if status == 410:
         return GONE
@@ -114,6 +143,13 @@ def objects(cache, key):
 
 def _resource_version(obj):
     return (obj.get("metadata") or {}).get("resourceVersion")
+
+
+def _versions(entries):
+    """{namespace/name: resourceVersion} of one kind's cache entries: equal exactly when
+    the cache holds the same objects at the same versions (compared, never ordered:
+    resourceVersions are opaque)."""
+    return dict((k, _resource_version(o)) for k, o in entries.items())
 
 
 def _backoff(failures, initial, cap):
@@ -189,6 +225,15 @@ class Waiter(object):
         self._threads = []
         self._start = None
         self._deadline = None
+        # A kind the evaluating thread re-listed itself (confirming a success) restarts its
+        # watch from that list: key -> (epoch, resourceVersion). Messages carry the epoch
+        # they were made in; older ones describe a past the list has replaced.
+        self._resync = {}
+        self._epochs = dict((r.key, 0) for r in self.resources)
+        # Kinds listed at least once in this wait: an optional kind that answered before
+        # and answers 404 now is not gone but not loaded yet (a restarted API server
+        # serves a CRD's kind only once it has read the CRD again): stale, not "none".
+        self._served = set()
 
     # ------------------------------------------------------------ requests
 
@@ -199,26 +244,50 @@ class Waiter(object):
     def _remaining(self):
         return self._deadline - self.clock.now()
 
-    def _list(self, res):
+    def _list(self, res, relist=True, first=False):
         remaining = self._remaining()
+        if remaining <= 0 and not first:
+            raise ApiError(0, "the deadline passed")
         self._count("list")
-        result = self.api.list(res, min(LIST_READ_TIMEOUT, max(remaining, 1.0)))
+        # The first lists are made whatever the time left, so a zero timeout still checks
+        # once; the module's deadline still bounds them (KubeApi).
+        result = self.api.list(res, min(LIST_READ_TIMEOUT, max(remaining, 1.0) if first else remaining))
         with self._lock:
-            if res.key in self._listed:
-                self._counts["relists"] += 1
-            self._listed.add(res.key)
+            self._served.add(res.key)
+        if relist:
+            with self._lock:
+                if res.key in self._listed:
+                    self._counts["relists"] += 1
+                self._listed.add(res.key)
         return result
 
     def _watch(self, res, resource_version):
         remaining = self._remaining()
         self._count("watch")
-        timeout_seconds = max(1, int(math.ceil(remaining)))
-        return self.api.watch(res, resource_version, timeout_seconds, timeout_seconds + WATCH_READ_GRACE)
+        renew = WATCH_RENEW_MIN * (1.0 + random.random())
+        timeout_seconds = max(1, int(math.ceil(min(remaining, renew))))
+        return self.api.watch(res, resource_version, timeout_seconds, WATCH_IDLE_TIMEOUT)
 
     # ------------------------------------------------------------ feeders
 
-    def _put(self, *message):
-        self._messages.put(message)
+    def _put(self, kind, key, epoch, *rest):
+        self._messages.put((kind, key, epoch) + rest)
+
+    def _epoch_of(self, key):
+        with self._lock:
+            return self._epochs[key]
+
+    def _never_served(self, res):
+        with self._lock:
+            return res.optional and res.key not in self._served
+
+    def _take_resync(self, key):
+        """(epoch, resourceVersion or None to list again) of a restart the evaluating
+        thread asked for, or None."""
+        with self._lock:
+            if key not in self._resync:
+                return None
+            return self._epochs[key], self._resync.pop(key)
 
     def _pause(self, failures):
         self.clock.sleep(min(_backoff(failures, self.backoff_initial, self.backoff_max), max(self._remaining(), 0.0)),
@@ -230,32 +299,41 @@ class Waiter(object):
         try:
             self._feed(res, resource_version)
         except Exception as exc:  # pylint: disable=broad-except
-            self._put(_FATAL, res.key, "%s: %s" % (type(exc).__name__, exc))
+            self._put(_FATAL, res.key, None, "%s: %s" % (type(exc).__name__, exc))
 
     def _feed(self, res, resource_version):
         """List-and-watch one kind until the deadline or until stopped."""
         need_list = resource_version is None
         failures = 0  # consecutive failed or unhealthy requests: the backoff exponent
+        epoch = self._epoch_of(res.key)
         while not self._stopping.is_set() and self._remaining() > 0:
+            resync = self._take_resync(res.key)
+            if resync is not None:
+                # The evaluating thread listed this kind afresh: watch on from that list
+                # (or list again, when its list failed).
+                epoch, resource_version = resync
+                need_list, failures = resource_version is None, 0
             if need_list:
                 try:
                     items, resource_version = self._list(res)
                 except ApiError as exc:
                     kind = classify(exc)
-                    if kind == NOT_FOUND and res.optional:
+                    if kind == NOT_FOUND and self._never_served(res):
                         # Not served (yet): none of them. Poll for it with backoff.
-                        self._put(_SYNCED, res.key, [])
+                        self._put(_SYNCED, res.key, epoch, [])
+                    elif kind == NOT_FOUND and res.optional:
+                        self._count("reconnects")
                     elif kind in (FATAL, NOT_FOUND):
-                        self._put(_FATAL, res.key, exc)
+                        self._put(_FATAL, res.key, epoch, exc)
                         return
                     else:
                         self._count("reconnects")
                     failures += 1
                     self._pause(failures)
                     continue
-                self._put(_SYNCED, res.key, items)
+                self._put(_SYNCED, res.key, epoch, items)
                 need_list = False
-            resource_version, healthy, error = self._watch_once(res, resource_version)
+            resource_version, healthy, error = self._watch_once(res, resource_version, epoch)
             if self._stopping.is_set():
                 return
             if healthy:
@@ -267,11 +345,11 @@ class Waiter(object):
                 continue
             kind = classify(error)
             if kind == FATAL or (kind == NOT_FOUND and not res.optional):
-                self._put(_FATAL, res.key, error)
+                self._put(_FATAL, res.key, epoch, error)
                 return
             # What happened since the last event is unknown: no success on this kind's
             # cache until a fresh list.
-            self._put(_STALE, res.key, str(error))
+            self._put(_STALE, res.key, epoch, str(error))
             need_list = True
             if kind == TRANSIENT:
                 self._count("reconnects")
@@ -281,45 +359,62 @@ class Waiter(object):
             if kind != GONE or failures > 1:
                 self._pause(failures)
 
-    def _watch_once(self, res, resource_version):
+    def _watch_once(self, res, resource_version, epoch):
         """One watch request: (resource_version, healthy, error or None). Healthy: it
         brought events or lasted; a watch the server closed on arrival did neither."""
         started = self.clock.now()
         events = 0
         error = None
+        with self._lock:
+            if self._stopping.is_set() or res.key in self._resync:
+                return resource_version, True, None
         try:
             stream = self._watch(res, resource_version)
         except ApiError as exc:
             return resource_version, False, exc
         with self._lock:
-            self._streams[res.key] = stream
+            # Registered and checked together: a stop or a resync that came while the
+            # watch was being opened closes it here, as _stop or _confirm would have.
+            abandoned = self._stopping.is_set() or res.key in self._resync
+            if not abandoned:
+                self._streams[res.key] = stream
+        if abandoned:
+            stream.close()
+            return resource_version, True, None
         try:
-            if not self._stopping.is_set():
-                for event in stream:
-                    if self._stopping.is_set():
-                        break
-                    etype = event.get("type")
-                    obj = event.get("object") or {}
-                    if etype == "ERROR":
-                        raise ApiError(obj.get("code") or 0, obj.get("message") or obj.get("reason") or "watch error")
-                    resource_version = _resource_version(obj) or resource_version
-                    if etype in ("ADDED", "MODIFIED", "DELETED"):
-                        events += 1
-                        self._put(_EVENT, res.key, etype, obj)
+            for event in stream:
+                if self._stopping.is_set() or res.key in self._resync:
+                    break
+                etype = event.get("type")
+                obj = event.get("object") or {}
+                if etype == "ERROR":
+                    raise ApiError(obj.get("code") or 0, obj.get("message") or obj.get("reason") or "watch error")
+                resource_version = _resource_version(obj) or resource_version
+                if etype in ("ADDED", "MODIFIED", "DELETED"):
+                    events += 1
+                    self._put(_EVENT, res.key, epoch, etype, obj)
         except ApiError as exc:
             error = exc
         finally:
             with self._lock:
-                self._streams.pop(res.key, None)
+                if self._streams.get(res.key) is stream:
+                    del self._streams[res.key]
             stream.close()
+        with self._lock:
+            if res.key in self._resync:
+                # Closed by _confirm: not an outage.
+                return resource_version, True, None
         return resource_version, events > 0 or self.clock.now() - started >= EARLY_END, error
 
     # ------------------------------------------------------------ evaluation
 
-    @staticmethod
-    def _apply(message, cache, synced):
+    def _apply(self, message, cache, synced):
         """Apply one feeder message; True when the cache changed."""
-        kind, key = message[0], message[1]
+        kind, key, epoch = message[0], message[1], message[2]
+        message = (kind, key) + message[3:]
+        if kind != _FATAL and epoch != self._epoch_of(key):
+            # Sent before the evaluating thread re-listed the kind: the list is newer.
+            return False
         if kind == _SYNCED:
             cache[key] = dict((object_key(o), o) for o in message[2])
             synced[key] = True
@@ -336,13 +431,14 @@ class Waiter(object):
             return False
         raise WaitFailed("watching %s failed: %s" % (key, message[2]))
 
-    def _result(self, done, detail, cache, synced, ended=None):
+    def _result(self, done, detail, cache, synced):
         with self._lock:
             counts = dict(self._counts)
         return WaitResult(
             done=done,
             detail=detail,
-            elapsed=round((self.clock.now() if ended is None else ended) - self._start, 3),
+            # Measured, whatever the deadline said: an overrun shows.
+            elapsed=round(self.clock.now() - self._start, 3),
             api_requests={"list": counts["list"], "watch": counts["watch"], "total": counts["list"] + counts["watch"]},
             reconnects=counts["reconnects"],
             relists=counts["relists"],
@@ -358,6 +454,10 @@ class Waiter(object):
             raise RuntimeError("a Waiter waits once: make a new one")
         self._start = self.clock.now()
         self._deadline = self._start + self.timeout
+        module_deadline = getattr(self.api, "deadline", None)
+        if module_deadline is not None:
+            # The module's one deadline: time already spent before the wait counts.
+            self._deadline = min(self._deadline, module_deadline)
         cache = dict((r.key, {}) for r in self.resources)
         synced = dict((r.key, False) for r in self.resources)
 
@@ -372,7 +472,7 @@ class Waiter(object):
         versions = {}
         for res in self.resources:
             try:
-                items, versions[res.key] = self._list(res)
+                items, versions[res.key] = self._list(res, first=True)
             except ApiError as exc:
                 kind = classify(exc)
                 if kind == NOT_FOUND and res.optional:
@@ -384,7 +484,7 @@ class Waiter(object):
                     self._count("reconnects")
                     versions[res.key] = None
                     continue
-            self._apply((_SYNCED, res.key, items), cache, synced)
+            self._apply((_SYNCED, res.key, 0, items), cache, synced)
         detail = None
         if all(synced.values()):
             done, detail = evaluate()
@@ -397,12 +497,10 @@ class Waiter(object):
             self._threads.append(thread)
             thread.start()
         done = False
-        ended = None
         try:
             while not done:
                 remaining = self._remaining()
                 if remaining <= 0:
-                    ended = self._deadline
                     break
                 try:
                     message = self.clock.next_message(self._messages, remaining)
@@ -419,24 +517,66 @@ class Waiter(object):
                     changed = self._apply(message, cache, synced) or changed
                 if changed and all(synced.values()):
                     done, detail = evaluate()
-                    ended = self.clock.now()
+                    if done:
+                        done, detail = self._confirm(evaluate, cache, synced, detail)
         finally:
             self._stop()
         if not done:
             # The detail of a timeout: the last state known, stale kinds named in the result.
             detail = condition(cache)[1]
-        return self._result(done, detail, cache, synced, ended)
+        return self._result(done, detail, cache, synced)
+
+    def _confirm(self, evaluate, cache, synced, detail):
+        """A success seen on watched data, checked on one fresh list of every kind: a
+        watch that is silently behind (its connection stalled, nothing raised yet) cannot
+        fake it. A kind whose list differs takes the list and its feeder watches on from
+        there; the condition is evaluated on the lists. (done, detail)."""
+        behind = False
+        for res in self.resources:
+            try:
+                items, resource_version = self._list(res, relist=False)
+            except ApiError as exc:
+                kind = classify(exc)
+                if kind == FATAL or (kind == NOT_FOUND and not res.optional):
+                    raise WaitFailed("listing %s failed: %s" % (res.key, exc)) from exc
+                if kind == NOT_FOUND and self._never_served(res):
+                    items, resource_version = [], None
+                else:
+                    # Not confirmed: the kind's feeder lists again, with its backoff.
+                    self._restart(res.key, None)
+                    synced[res.key] = False
+                    return False, detail
+            listed = dict((object_key(o), o) for o in items)
+            if _versions(listed) != _versions(cache[res.key]):
+                cache[res.key] = listed
+                self._restart(res.key, resource_version)
+                behind = True
+        # Every list as cached: the success stands as evaluated.
+        return evaluate() if behind else (True, detail)
+
+    def _restart(self, key, resource_version):
+        """Make ``key``'s feeder drop what it has not sent yet and watch from
+        ``resource_version`` (None: list again)."""
+        with self._lock:
+            self._epochs[key] += 1
+            self._resync[key] = resource_version
+            stream = self._streams.get(key)
+        if stream is not None:
+            stream.close()
 
     def _stop(self):
-        self._stopping.set()
         with self._lock:
+            # Under the lock: a feeder registering a new watch sees the flag, or its
+            # stream is in the list closed here.
+            self._stopping.set()
             streams = list(self._streams.values())
         for stream in streams:
             stream.close()
+        until = time.monotonic() + STOP_GRACE
         for thread in self._threads:
-            # Daemon threads: one stuck in a dead socket past this does not hold the
-            # module's exit.
-            thread.join(2.0)
+            # Daemon threads: one stuck in a list past this does not hold the module's
+            # exit, nor its deadline. (Real time: this waits for real threads.)
+            thread.join(max(until - time.monotonic(), 0.0))
 
 
 def wait_for(api, resources, condition, timeout, progress=None):
@@ -446,9 +586,48 @@ def wait_for(api, resources, condition, timeout, progress=None):
 
 # ---------------------------------------------------------------- the real client
 
+# OpenSSL's names for the alerts a server sends when it refuses the client's certificate
+# (expired, signed by a CA it does not trust, missing).
+_CLIENT_CERTIFICATE_ALERTS = ("ALERT_BAD_CERTIFICATE", "ALERT_CERTIFICATE_EXPIRED", "ALERT_CERTIFICATE_REQUIRED",
+                              "ALERT_CERTIFICATE_UNKNOWN", "ALERT_UNKNOWN_CA", "ALERT_CERTIFICATE_REVOKED",
+                              "ALERT_UNSUPPORTED_CERTIFICATE", "ALERT_ACCESS_DENIED")
+
+
+def _causes(exc):
+    """``exc`` and what it wraps: urllib3 keeps the cause in ``reason`` and ``args``."""
+    seen, todo = [], [exc]
+    while todo:
+        current = todo.pop(0)
+        if not isinstance(current, BaseException) or any(current is s for s in seen) or len(seen) > 10:
+            continue
+        seen.append(current)
+        todo.extend([getattr(current, "reason", None), current.__cause__, current.__context__])
+        todo.extend(a for a in getattr(current, "args", ()) if isinstance(a, BaseException))
+    return seen
+
+
+def _tls_refusal(exc):
+    """What a TLS failure that retrying cannot mend says, or None (a connection cut in
+    the middle of a TLS record is an SSLError too, and transient)."""
+    for cause in _causes(exc):
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return ("TLS: the API server's certificate is not trusted (%s): check the kubeconfig's "
+                    "certificate-authority or ca_cert" % (getattr(cause, "verify_message", None) or cause))
+        text = str(cause)
+        if isinstance(cause, ssl.SSLError) and any(a in text for a in _CLIENT_CERTIFICATE_ALERTS):
+            return "TLS: the API server refused the client certificate (%s): renew it or fix the kubeconfig" % text
+    return None
+
+
 def _api_error(exc):
     """An ApiError from what the kubernetes client or urllib3 raised."""
     status = getattr(exc, "status", None)
+    if not status:
+        # The kubernetes client turns urllib3's SSLError into an ApiException of status 0
+        # whose reason is the text: the cause is in the chain.
+        refusal = _tls_refusal(exc)
+        if refusal:
+            return ApiError(0, refusal, fatal=True)
     if isinstance(status, int):
         message = getattr(exc, "reason", None) or str(exc)
         body = getattr(exc, "body", None)
@@ -470,10 +649,23 @@ class _WatchStream(object):
         self._errors = errors
         self._closed = False
 
+    def _chunks(self):
+        """The body as it arrives. A chunked body (what kube-apiserver sends) comes chunk
+        by chunk; one a proxy passed on unchunked, as it can read it: read(None) would
+        wait for the end of the watch before giving a single event."""
+        if getattr(self._response, "chunked", True):
+            yield from self._response.stream(amt=None, decode_content=False)
+            return
+        while True:
+            chunk = self._response.read1(65536, decode_content=False)
+            if not chunk:
+                return
+            yield chunk
+
     def __iter__(self):
         buffer = b""
         try:
-            for chunk in self._response.stream(amt=None, decode_content=False):
+            for chunk in self._chunks():
                 buffer += chunk if isinstance(chunk, bytes) else chunk.encode("utf-8")
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
@@ -536,10 +728,60 @@ class KubeApi(object):
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self._errors = (ApiException, urllib3.exceptions.HTTPError, http.client.HTTPException, OSError)
+        # The module's one deadline (clock time), set by run_checked: every request ends
+        # by it plus AFTER_DEADLINE_GRACE. None: no deadline beyond each call's own.
+        self.deadline = None
+        self.started = self.clock.now()
+
+    def _timeouts(self, read_timeout):
+        """(connect, read) timeouts: the call's own, cut to the time left."""
+        if self.deadline is not None:
+            left = self.deadline + AFTER_DEADLINE_GRACE - self.clock.now()
+            if left <= 0:
+                raise ApiError(0, "not sent: the deadline passed")
+            read_timeout = min(read_timeout, left)
+        return (min(CONNECT_TIMEOUT, read_timeout), read_timeout)
 
     def _call(self, function, *args, **kwargs):
+        """The call's response, its body read (JSON-decoded unless ``_raw``) inside the
+        error translation: a body that breaks in the middle is an ApiError like any
+        other broken connection, never a raw urllib3 error."""
+        raw = kwargs.pop("_raw", False)
+        read_timeout = kwargs.pop("_read_timeout", LIST_READ_TIMEOUT)
+        kwargs["_request_timeout"] = self._timeouts(read_timeout)
+        kwargs["_preload_content"] = False
         try:
-            return function(*args, **kwargs)
+            response = function(*args, **kwargs)
+            data = self._read(response)
+            response.release_conn()
+        except self._errors as exc:
+            raise _api_error(exc) from exc
+        if raw:
+            return data
+        try:
+            return json.loads(data)
+        except (ValueError, TypeError) as exc:
+            raise ApiError(0, "undecodable response: %s" % exc) from exc
+
+    def _read(self, response):
+        """The whole body, by the deadline: the read timeout bounds each wait for bytes,
+        not a body that an overloaded API server sends slowly."""
+        chunks = []
+        while True:
+            if self.deadline is not None and self.clock.now() > self.deadline + AFTER_DEADLINE_GRACE:
+                response.close()
+                raise ApiError(0, "the deadline passed while the response was read")
+            chunk = response.read(65536, decode_content=False)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+
+    def _open(self, function, *args, **kwargs):
+        """A streaming call's response, headers read, body not."""
+        read_timeout = kwargs.pop("_read_timeout")
+        kwargs["_request_timeout"] = self._timeouts(read_timeout)
+        try:
+            return function(*args, _preload_content=False, **kwargs)
         except self._errors as exc:
             raise _api_error(exc) from exc
 
@@ -571,22 +813,19 @@ class KubeApi(object):
 
     def list(self, res, read_timeout):
         function, args = self._list_function(res)
-        response = self._call(function, *args, _preload_content=False,
-                              _request_timeout=(min(CONNECT_TIMEOUT, read_timeout), read_timeout), **self._selectors(res))
-        try:
-            body = json.loads(response.data)
-        except (ValueError, TypeError) as exc:
-            raise ApiError(0, "undecodable list of %s: %s" % (res.plural, exc)) from exc
+        body = self._call(function, *args, _read_timeout=read_timeout, **self._selectors(res))
+        if not isinstance(body, dict):
+            raise ApiError(0, "undecodable list of %s: not an object" % res.plural)
         return body.get("items") or [], (body.get("metadata") or {}).get("resourceVersion")
 
     def watch(self, res, resource_version, timeout_seconds, read_timeout):
+        """``read_timeout``: the longest silence between two bytes of the stream."""
         function, args = self._list_function(res)
         kwargs = self._selectors(res)
         if resource_version:
             kwargs["resource_version"] = resource_version
-        response = self._call(function, *args, watch=True, allow_watch_bookmarks=True, timeout_seconds=int(timeout_seconds),
-                              _preload_content=False, _request_timeout=(min(CONNECT_TIMEOUT, read_timeout), read_timeout),
-                              **kwargs)
+        response = self._open(function, *args, watch=True, allow_watch_bookmarks=True,
+                              timeout_seconds=int(timeout_seconds), _read_timeout=read_timeout, **kwargs)
         return _WatchStream(response, self._errors)
 
     # Single requests the modules make around a wait (a CUDA sample's pods, a Job's log).
@@ -594,25 +833,20 @@ class KubeApi(object):
     def get_pod(self, namespace, name):
         """The pod as a dict, or None when there is none."""
         try:
-            response = self._call(self.core.read_namespaced_pod, name, namespace, _preload_content=False,
-                                  _request_timeout=(CONNECT_TIMEOUT, LIST_READ_TIMEOUT))
+            return self._call(self.core.read_namespaced_pod, name, namespace)
         except ApiError as exc:
             if exc.status == 404:
                 return None
             raise
-        return json.loads(response.data)
 
     def create_pod(self, namespace, body):
-        response = self._call(self.core.create_namespaced_pod, namespace, body, _preload_content=False,
-                              _request_timeout=(CONNECT_TIMEOUT, LIST_READ_TIMEOUT))
-        return json.loads(response.data)
+        return self._call(self.core.create_namespaced_pod, namespace, body)
 
     def delete_pod(self, namespace, name):
         """Delete a pod now; True when it was there."""
         try:
             self._call(self.core.delete_namespaced_pod, name, namespace, grace_period_seconds=0,
-                       propagation_policy="Background", _preload_content=False,
-                       _request_timeout=(CONNECT_TIMEOUT, LIST_READ_TIMEOUT))
+                       propagation_policy="Background", _raw=True)
         except ApiError as exc:
             if exc.status == 404:
                 return False
@@ -625,9 +859,8 @@ class KubeApi(object):
             kwargs["container"] = container
         if previous:
             kwargs["previous"] = True
-        response = self._call(self.core.read_namespaced_pod_log, name, namespace, _preload_content=False,
-                              _request_timeout=(CONNECT_TIMEOUT, LIST_READ_TIMEOUT), **kwargs)
-        return response.data.decode("utf-8", "replace")
+        return self._call(self.core.read_namespaced_pod_log, name, namespace, _raw=True,
+                          **kwargs).decode("utf-8", "replace")
 
 
 def run_checked(module, check_params, action, describe):
@@ -637,8 +870,15 @@ def run_checked(module, check_params, action, describe):
     problem = check_params(module.params)
     if problem:
         module.fail_json(msg=problem)
+    started = time.monotonic()
+    api = None
     try:
         api = connect(module.params)
+        if module.params.get("timeout") is not None:
+            # One deadline from the module's start: loading the kubeconfig, the wait and
+            # every call after it.
+            api.started = api.clock.now() - (time.monotonic() - started)
+            api.deadline = api.started + module.params["timeout"]
         result = action(api)
         # What is left is reporting and the interpreter's exit, whose garbage collections
         # walk the kubernetes client's ~100,000 objects: 0.1 to 0.5 s each on a busy host,
@@ -646,10 +886,16 @@ def run_checked(module, check_params, action, describe):
         gc.freeze()
         return api, result
     except ValueError as exc:
-        module.fail_json(msg=str(exc))
+        module.fail_json(msg=str(exc), elapsed=round(time.monotonic() - started, 3))
     except (WaitFailed, ApiError) as exc:
-        module.fail_json(msg="%s: %s" % (describe, exc))
+        module.fail_json(msg="%s: %s" % (describe, exc),
+                         elapsed=elapsed(api) if api is not None else round(time.monotonic() - started, 3))
     return None, None  # not reached: fail_json exits
+
+
+def elapsed(api):
+    """Seconds since the module started (run_checked), measured."""
+    return round(api.clock.now() - getattr(api, "started", api.clock.now()), 3)
 
 
 def connect(params):

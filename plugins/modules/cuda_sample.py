@@ -21,6 +21,10 @@ description:
     and a failing sample with the last lines of its log and the per-layer diagnosis of its node."
   - The pods run unprivileged (C(runAsNonRoot), no privilege escalation, every capability dropped, the runtime's
     default seccomp profile) with C(restartPolicy=Never), so a failing sample ends C(Failed) instead of restarting.
+  - "Nothing is left behind: each pod is named before it is created and deleted by name on every way out, a
+    failure, a create whose reply was lost, C(SIGTERM) or C(SIGHUP) (an async timeout, a cancelled job, a dropped
+    SSH connection). Each pod also carries C(activeDeadlineSeconds) of O(timeout), so even one that outlived a
+    C(SIGKILL) cannot hold a GPU for longer than the module would have waited for it."
 author:
   - gpuplatform.rke2 maintainers (@gpuplatform)
 options:
@@ -151,6 +155,7 @@ api_requests:
 """
 
 import re
+import signal
 import uuid
 
 from ansible.module_utils.basic import AnsibleModule
@@ -322,6 +327,32 @@ def failure_message(reports, timed_out, timeout):
     return head + ": " + "; ".join(parts)
 
 
+class Interrupted(Exception):
+    """The module got SIGTERM or SIGHUP while its pods existed."""
+
+
+def _interrupt(signum, _frame):
+    raise Interrupted(signal.Signals(signum).name)
+
+
+_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def create_sample(api, namespace, pod, run_id):
+    """Create one sample pod. A reply that never came (the connection broke after the
+    request went out) may hide a pod the server created: it is looked up by name, and
+    one of this run counts as created."""
+    try:
+        api.create_pod(namespace, pod["manifest"])
+    except k8s_wait.ApiError as exc:
+        if exc.status not in (0, 409) or k8s_wait.classify(exc) == k8s_wait.FATAL:
+            raise
+        existing = api.get_pod(namespace, pod["name"])
+        labels = ((existing or {}).get("metadata") or {}).get("labels") or {}
+        if labels.get(readiness.SAMPLE_LABEL_RUN) != run_id:
+            raise
+
+
 def cleanup(api, params, names, warn):
     """Delete the pods unless keep_pods; True when none of them is left."""
     if params["keep_pods"]:
@@ -334,10 +365,21 @@ def cleanup(api, params, names, warn):
     return True
 
 
+def _cleanup_undisturbed(api, params, names, warn):
+    """cleanup() with SIGTERM and SIGHUP held off until it is done: True when pods are
+    left."""
+    held = dict((s, signal.signal(s, signal.SIG_IGN)) for s in _SIGNALS)
+    try:
+        return not cleanup(api, params, names, warn)
+    finally:
+        for signum, handler in held.items():
+            signal.signal(signum, handler)
+
+
 def run(api, params, check_mode, warn):
     """(failure message or None, result)."""
-    started = api.clock.now()
-    deadline = started + params["timeout"]
+    # The module's one deadline (run_checked), from before it connected.
+    deadline = getattr(api, "deadline", None) or api.clock.now() + params["timeout"]
     run_id = uuid.uuid4().hex[:12]
     planned, skipped, nodes = plan(api, params, run_id)
     report = dict(changed=False, pods=[], skipped_nodes=skipped, api_requests={"list": 0, "watch": 0, "total": 0})
@@ -346,24 +388,38 @@ def run(api, params, check_mode, warn):
         msg = "no Ready node advertises %d %s allocatable" % (params["count"], params["resource"])
         if diagnosis:
             msg += ". " + readiness.diagnosis_text(diagnosis)
-        return msg, dict(report, diagnosis=diagnosis, elapsed=round(api.clock.now() - started, 3))
+        return msg, dict(report, diagnosis=diagnosis, elapsed=k8s_wait.elapsed(api))
     if check_mode:
         report["pods"] = [{"name": p["name"], "node": p["node"], "phase": None, "passed": None,
                            "reason": "check mode: not created", "log_tail": [], "duration": None} for p in planned]
-        return None, dict(report, changed=params["keep_pods"], elapsed=round(api.clock.now() - started, 3))
+        return None, dict(report, changed=params["keep_pods"], elapsed=k8s_wait.elapsed(api))
 
     clear_leftovers(api, params, [p["name"] for p in planned], deadline)
+    # Named before they are created: a pod whose creation went wrong in any way, or that
+    # the module was stopped for, is deleted by that name.
     created = []
     created_at = api.clock.now()
+    previous = dict((s, signal.signal(s, _interrupt)) for s in _SIGNALS)
     try:
         for pod in planned:
-            api.create_pod(params["namespace"], pod["manifest"])
+            pod["manifest"]["spec"]["activeDeadlineSeconds"] = max(1, params["timeout"])
             created.append(pod["name"])
+            create_sample(api, params["namespace"], pod, run_id)
         reports, result = wait_for_samples(api, params, planned, run_id, created_at, deadline)
+    except Interrupted as exc:
+        left = _cleanup_undisturbed(api, params, created, warn)
+        outcome = "pods %s deleted" % ", ".join(created) if not left else "pods may be left: %s" % ", ".join(created)
+        return ("interrupted by %s: %s" % (exc, outcome),
+                dict(report, changed=left, elapsed=k8s_wait.elapsed(api)))
+    except BaseException:
+        _cleanup_undisturbed(api, params, created, warn)
+        raise
     finally:
-        left = not cleanup(api, params, created, warn)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    left = _cleanup_undisturbed(api, params, created, warn)
     report.update(changed=left, pods=reports, api_requests=result.api_requests,
-                  elapsed=round(api.clock.now() - started, 3))
+                  elapsed=k8s_wait.elapsed(api))
     if all(r["passed"] for r in reports):
         return None, report
     # The layers of the nodes whose sample failed; when a pod found no node, those of

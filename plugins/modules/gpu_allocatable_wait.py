@@ -204,11 +204,16 @@ def wait(api, params):
 
 
 def timeout_diagnosis(api, result, params):
-    """Per-layer diagnosis of the nodes still waiting: one list of the operand pods."""
+    """Per-layer diagnosis of the nodes still waiting, from the watched operand pods, or
+    from one list of them when they were not watched there or not fresh at the end (it
+    shares the wait's deadline)."""
     detail = result.detail
     policy = readiness.policy_from_cache(result.cache, params["operator_namespace"])
-    pods, _version = api.list(k8s_wait.resource("pods", "v1", "pods", namespace=policy["namespace"]),
-                              k8s_wait.LIST_READ_TIMEOUT)
+    if policy["namespace"] == params["operator_namespace"] and "pods" in result.cache and "pods" not in result.stale:
+        pods = k8s_wait.objects(result.cache, "pods")
+    else:
+        pods, _version = api.list(k8s_wait.resource("pods", "v1", "pods", namespace=policy["namespace"]),
+                                  k8s_wait.LIST_READ_TIMEOUT)
     return readiness.diagnose(k8s_wait.objects(result.cache, "nodes"), pods, policy, sorted(detail["waiting"]),
                               params["resource"], params["min_per_node"], k8s_wait.objects(result.cache, "daemonsets"))
 
@@ -236,6 +241,7 @@ def main():
         for skipped in detail["skipped"]:
             module.warn("GPU node %s is not waited for: %s" % (skipped["node"], skipped["reason"]))
     if result.done:
+        report["elapsed"] = k8s_wait.elapsed(api)
         module.exit_json(**report)
 
     msg = "timed out after %ds waiting for %s: %s" % (params["timeout"], params["resource"], detail["message"])
@@ -244,9 +250,11 @@ def main():
     try:
         diagnosis = timeout_diagnosis(api, result, params)
     except k8s_wait.ApiError as exc:
+        report["elapsed"] = k8s_wait.elapsed(api)
         module.fail_json(msg="%s; no diagnosis: listing operand pods failed: %s" % (msg, exc), **report)
     if diagnosis:
         msg += ". " + readiness.diagnosis_text(diagnosis)
+    report["elapsed"] = k8s_wait.elapsed(api)
     module.fail_json(msg=msg, diagnosis=diagnosis, **report)
 
 

@@ -169,9 +169,11 @@ def main():
     report = dict(changed=False, job=detail["job_name"], message=detail["message"], elapsed=result.elapsed,
                   api_requests=result.api_requests)
     if result.done and not detail["failed"]:
+        report["elapsed"] = k8s_wait.elapsed(api)
         module.exit_json(**report)
     if detail["failed"]:
         log_tail = failed_log(api, params, detail)
+        report["elapsed"] = k8s_wait.elapsed(api)
         msg = "installing %s failed: %s" % (what, detail["message"])
         if log_tail:
             msg += ". Log: " + " | ".join(log_tail[-5:])
@@ -179,6 +181,7 @@ def main():
     msg = "timed out after %ds waiting for %s: %s" % (params["timeout"], what, detail["message"])
     if result.stale:
         msg += " (the API server was unreachable at the end; last known state)"
+    report["elapsed"] = k8s_wait.elapsed(api)
     module.fail_json(msg=msg, log_tail=[], **report)
 
 

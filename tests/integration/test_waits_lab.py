@@ -16,7 +16,9 @@ NS = om.DEFAULT_NAMESPACE
 GPU = om.CONTAINER_RESOURCE
 BROKEN = "gpu-container-2"
 TAINTED = "gpu-tainted-1"
-CONTAINER_NODES = ["gpu-container-1", "gpu-container-2"]
+CONTAINER_NODES = ["gpu-container-1", "gpu-container-2", "gpu-spark-1"]
+# nvidia.com/gpu per container node: 2 x A10, and the DGX Spark's one GB10 (arm64).
+GPUS = {"gpu-container-1": 2, "gpu-container-2": 2, "gpu-spark-1": 1}
 # What each module watches: it holds one API server connection per kind while it waits.
 WATCHED_KINDS = {"gpu_allocatable_wait": 4, "operand_readiness": 5}
 
@@ -68,7 +70,7 @@ def clean_fleet(gpu_lab):
     the simulator may still be releasing what the previous test held down."""
     wait_for(gpu_lab.core().list_namespaced_pod, lambda o: _operands_ready_on(o, CONTAINER_NODES), namespace=NS)
     for name in CONTAINER_NODES:
-        _wait_allocatable(gpu_lab, name, lambda gpus: gpus == 2)
+        _wait_allocatable(gpu_lab, name, lambda gpus, want=GPUS[name]: gpus == want)
     return gpu_lab
 
 
@@ -108,7 +110,8 @@ def test_gpu_allocatable_wait_succeeds_on_the_clean_fleet_and_names_the_tainted_
     result = run_module("gpu_allocatable_wait", {"timeout": 120}, gpu_lab.kubeconfig)
     assert not result.get("failed"), result.get("msg")
     assert result["ready_nodes"] == CONTAINER_NODES
-    assert result["nodes"] == dict((n, {"allocatable": 2, "capacity": 2, "ready": True}) for n in CONTAINER_NODES)
+    assert result["nodes"] == dict((n, {"allocatable": GPUS[n], "capacity": GPUS[n], "ready": True})
+                                   for n in CONTAINER_NODES)
     tainted = [s for s in result["skipped_nodes"] if s["node"] == TAINTED]
     assert tainted == [{"node": TAINTED, "reason": "taint dedicated=training:NoSchedule is not tolerated by the "
                                                    "operand DaemonSets"}]
@@ -150,7 +153,7 @@ def test_gpu_allocatable_wait_does_not_count_the_gpus_advertised_over_a_broken_t
     assert result["failed"]
     # Advertised, yet not counted.
     assert result["nodes"][BROKEN] == {"allocatable": 2, "capacity": 2, "ready": False}
-    assert result["ready_nodes"] == ["gpu-container-1"]
+    assert result["ready_nodes"] == [n for n in CONTAINER_NODES if n != BROKEN]
     assert result["msg"].endswith("%s: %s (container-toolkit): CrashLoopBackOff" % (BROKEN, om.LAYER_RUNTIME))
     assert list(result["diagnosis"]) == [BROKEN]
     assert result["diagnosis"][BROKEN]["layer"] == om.LAYER_RUNTIME
@@ -160,9 +163,10 @@ def test_cuda_sample_fails_on_the_node_without_toolkit_naming_the_runtime_layer(
     result = run_module("cuda_sample", {"per_node": True, "timeout": 120}, no_toolkit.kubeconfig)
     assert result["failed"]
     by_node = dict((p["node"], p) for p in result["pods"])
-    assert by_node["gpu-container-1"]["passed"]
+    assert by_node["gpu-container-1"]["passed"] and by_node["gpu-spark-1"]["passed"]
     assert not by_node[BROKEN]["passed"] and by_node[BROKEN]["phase"] == "Failed"
-    assert result["msg"].startswith("1 of 2 CUDA sample pods failed: cuda-vectoradd-%s on %s: " % (BROKEN, BROKEN))
+    assert result["msg"].startswith("1 of %d CUDA sample pods failed: cuda-vectoradd-%s on %s: " % (
+        len(CONTAINER_NODES), BROKEN, BROKEN))
     assert result["msg"].endswith("Nodes: %s: %s (container-toolkit): CrashLoopBackOff" % (BROKEN, om.LAYER_RUNTIME))
     assert list(result["diagnosis"]) == [BROKEN]
     assert _sample_pods(no_toolkit) == []
@@ -212,8 +216,9 @@ def test_gpu_allocatable_wait_sees_a_node_that_joins_while_it_waits(clean_fleet,
     assert not result.get("failed"), result.get("msg")
     assert joining in result["ready_nodes"]
     assert result["nodes"][joining] == {"allocatable": 2, "capacity": 2, "ready": True}
-    # The node's arrival came over the open watches, not by asking again.
-    assert result["api_requests"]["list"] == WATCHED_KINDS["gpu_allocatable_wait"]
+    # The node's arrival came over the open watches, not by asking again: the first list
+    # of each kind and the one that confirms the success.
+    assert result["api_requests"]["list"] == 2 * WATCHED_KINDS["gpu_allocatable_wait"]
 
 
 # ---------------------------------------------------------------- CUDA sample failures
@@ -226,9 +231,9 @@ def test_cuda_sample_fails_clearly_on_the_node_whose_sample_fails(clean_fleet):
     failed = by_node["gpu-container-1"]
     assert (failed["phase"], failed["passed"]) == ("Failed", False)
     assert any("no CUDA-capable device is detected" in line for line in failed["log_tail"])
-    assert by_node["gpu-container-2"]["passed"]
-    assert result["msg"].startswith("1 of 2 CUDA sample pods failed: cuda-vectoradd-gpu-container-1 on "
-                                    "gpu-container-1: Error, exit code 1")
+    assert by_node["gpu-container-2"]["passed"] and by_node["gpu-spark-1"]["passed"]
+    assert result["msg"].startswith("1 of %d CUDA sample pods failed: cuda-vectoradd-gpu-container-1 on "
+                                    "gpu-container-1: Error, exit code 1" % len(CONTAINER_NODES))
     assert "no CUDA-capable device is detected" in result["msg"]
     assert _sample_pods(clean_fleet) == []
 

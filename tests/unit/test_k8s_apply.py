@@ -249,12 +249,16 @@ class FakeKubeApi(object):
         self.obj = dict(HELMCHART, metadata=dict(HELMCHART["metadata"], resourceVersion="5",
                                                  finalizers=["wrangler.cattle.io/on-helm-chart-remove"]))
 
+        self.gone = False
+
     def list(self, res, read_timeout):
+        # After the watch's DELETED, a list (the engine's confirming one) agrees: it is gone.
         self.requests.append(("list", res.plural, res.field_selector, res.namespace))
-        return [self.obj], "5"
+        return ([] if self.gone else [self.obj]), ("6" if self.gone else "5")
 
     def watch(self, res, resource_version, timeout_seconds, read_timeout):
         self.requests.append(("watch", res.plural, resource_version))
+        self.gone = self.gone or self.deleted
         return FakeStream([{"type": "DELETED", "object": self.obj}] if self.deleted else [])
 
 

@@ -63,10 +63,12 @@ def test_becomes_true_after_events_and_watches_from_the_lists_resource_version()
     assert result.done
     assert result.elapsed == 7
     assert seen == [(0, []), (4, []), (7, ["gpu-1"])]
-    assert result.api_requests == {"list": 1, "watch": 1, "total": 2}
+    # The first list, the watch, and the list that confirms the success seen on the watch.
+    assert result.api_requests == {"list": 2, "watch": 1, "total": 3}
     assert watches(cluster)[0][2] == list_version
-    # The watch lasts as long as the wait may: its timeouts come from the deadline.
-    assert watches(cluster)[0][3:] == (300, 310)
+    # The watch lasts as long as the wait may (under its 5 to 10 minute renewal); a
+    # silence past the bookmark interval ends it.
+    assert watches(cluster)[0][3:] == (300, k8s_wait.WATCH_IDLE_TIMEOUT)
 
 
 def test_a_deleted_object_leaves_the_cache():
@@ -88,14 +90,15 @@ def test_a_node_joining_mid_wait_counts():
 
 def test_a_bookmark_moves_the_resource_version_of_the_next_watch():
     cluster = FakeCluster(nodes=[node("gpu-1", 0)])
-    cluster.script("nodes", [("advance", 30), ("silent", "MODIFIED", node("other", 0)), ("BOOKMARK",), ("end",)],
+    cluster.script("nodes", [("advance", 30), ("silent", "pods", "ADDED", {"metadata": {"name": "p"}}), ("BOOKMARK",),
+                             ("end",)],
                    [("MODIFIED", node("gpu-1", 2))])
     bookmark = str(cluster.rv + 1)
     result = run(cluster, [NODES], all_nodes_have(2))
     assert result.done
     assert [w[2] for w in watches(cluster)] == [str(cluster.rv - 2), bookmark]
     # A watch the server ends after its time is routine: no relist, no backoff.
-    assert cluster.count("list") == 1 and cluster.clock.sleeps == []
+    assert cluster.count("list") == 2 and cluster.clock.sleeps == []
     assert result.relists == 0
 
 
@@ -116,7 +119,7 @@ def test_every_watch_timeout_derives_from_the_time_left():
     result = run(cluster, [NODES], all_nodes_have(2), timeout=300)
     assert not result.done and result.elapsed == 300
     assert [w[3] for w in watches(cluster)] == [300, 200, 50]
-    assert [w[4] for w in watches(cluster)] == [310, 210, 60]
+    assert [w[4] for w in watches(cluster)] == [k8s_wait.WATCH_IDLE_TIMEOUT] * 3
 
 
 def test_zero_timeout_evaluates_once():
@@ -133,7 +136,7 @@ def test_a_410_error_event_relists_at_once_and_watches_from_the_new_list():
     cluster.script("nodes", [("advance", 5), ("silent", "MODIFIED", node("gpu-1", 2)), ("ERROR", 410)])
     result = run(cluster, [NODES], all_nodes_have(2))
     assert result.done and result.elapsed == 5
-    assert cluster.count("list") == 2 and result.relists == 1
+    assert cluster.count("list") == 3 and result.relists == 1
     assert cluster.clock.sleeps == []
     assert result.reconnects == 0
 
@@ -144,7 +147,7 @@ def test_an_http_410_on_the_watch_request_relists():
     cluster.script("nodes", [("MODIFIED", node("gpu-1", 2))])
     result = run(cluster, [NODES], all_nodes_have(2))
     assert result.done
-    assert cluster.count("list") == 2 and len(watches(cluster)) == 2
+    assert cluster.count("list") == 3 and len(watches(cluster)) == 2
     assert watches(cluster)[1][2] == str(cluster.rv - 1)
 
 
@@ -154,7 +157,7 @@ def test_410s_in_a_row_back_off():
     result = run(cluster, [NODES], all_nodes_have(2))
     assert result.done
     assert cluster.clock.sleeps == [1.0, 2.0]
-    assert cluster.count("list") == 4
+    assert cluster.count("list") == 5
 
 
 def test_a_dropped_connection_reconnects_with_capped_exponential_backoff():
@@ -167,7 +170,7 @@ def test_a_dropped_connection_reconnects_with_capped_exponential_backoff():
     assert cluster.clock.sleeps == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0, 5.0]
     assert result.elapsed == 2 + sum(cluster.clock.sleeps) + 1
     assert result.reconnects == 7 and result.relists == 1
-    assert result.api_requests == {"list": 8, "watch": 2, "total": 10}
+    assert result.api_requests == {"list": 9, "watch": 2, "total": 11}
 
 
 def test_an_api_server_restart_mid_wait_is_ridden_through():
@@ -195,7 +198,7 @@ def test_server_errors_on_the_watch_request_back_off_and_relist():
     result = run(cluster, [NODES], all_nodes_have(2))
     assert result.done
     assert cluster.clock.sleeps == [0.5, 1.0]
-    assert cluster.count("list") == 3
+    assert cluster.count("list") == 4
 
 
 def test_a_watch_the_server_closes_at_once_is_backed_off():
@@ -204,7 +207,7 @@ def test_a_watch_the_server_closes_at_once_is_backed_off():
     result = run(cluster, [NODES], all_nodes_have(2))
     assert result.done
     assert cluster.clock.sleeps == [0.5, 1.0, 2.0]
-    assert cluster.count("list") == 1 and len(watches(cluster)) == 4
+    assert cluster.count("list") == 2 and len(watches(cluster)) == 4
 
 
 def test_an_error_retrying_cannot_mend_fails_the_wait_with_its_message():
@@ -268,7 +271,7 @@ def test_several_kinds_are_watched_together():
     cluster.script("nodes", [("wait", "plugin-ready"), ("advance", 1), ("MODIFIED", node("gpu-1", 2))])
     result = run(cluster, [NODES, PODS], gpus_and_plugin)
     assert result.done and result.elapsed == 3
-    assert result.api_requests == {"list": 2, "watch": 2, "total": 4}
+    assert result.api_requests == {"list": 4, "watch": 2, "total": 6}
 
 
 def test_success_is_never_decided_on_a_stale_kind():
@@ -303,7 +306,7 @@ def test_an_optional_kind_that_is_not_served_counts_as_none_until_it_is():
 
     result = run(cluster, [NODES, policies], condition)
     assert result.done
-    assert cluster.count("list", "clusterpolicies") == 3
+    assert cluster.count("list", "clusterpolicies") == 4
     assert cluster.clock.sleeps == [0.5]
 
 
@@ -337,7 +340,9 @@ def test_the_request_count_does_not_grow_with_the_waits_length(length):
     cluster.script("nodes", [("advance", length), ("MODIFIED", node("gpu-1", 2))])
     result = run(cluster, [NODES], all_nodes_have(2), timeout=3600)
     assert result.done and result.elapsed == length
-    assert result.api_requests == {"list": 1, "watch": 1, "total": 2}
+    # One list and the confirming one; the watch is renewed every 5 to 10 minutes.
+    assert result.api_requests["list"] == 2
+    assert 1 + length // (2 * k8s_wait.WATCH_RENEW_MIN) <= result.api_requests["watch"] <= 1 + length // k8s_wait.WATCH_RENEW_MIN
     # Polling every 5 s pays one request per interval, and notices up to 5 s late.
     assert polled_requests(length) == length // 5 + 1
 
@@ -448,10 +453,12 @@ def test_kube_api_lists_and_watches_plain_dicts_over_http(stub):
     modified = dict(node("gpu-1", 2), metadata={"name": "gpu-1", "resourceVersion": "9"})
     stub.watches.append(([{"type": "BOOKMARK", "object": {"kind": "Node", "metadata": {"resourceVersion": "8"}}},
                           {"type": "MODIFIED", "object": modified}], True))
+    # The list that confirms what the watch showed.
+    stub.lists.append((200, _node_list("9", modified)))
     result = Waiter(_kube_api(stub.host), [resource("nodes", "v1", "nodes", label_selector="nvidia.com/gpu.present=true")],
                     60).wait(all_nodes_have(2))
     assert result.done
-    assert result.api_requests == {"list": 1, "watch": 1, "total": 2}
+    assert result.api_requests == {"list": 2, "watch": 1, "total": 3}
     path, query = stub.requests[0].split("?")
     assert (path, parse_qs(query)) == ("/api/v1/nodes", {"labelSelector": ["nvidia.com/gpu.present=true"]})
     path, query = stub.requests[1].split("?")
@@ -467,6 +474,7 @@ def test_kube_api_relists_after_an_expired_watch_over_http(stub):
     stub.watches.append(([{"type": "ERROR", "object": expired}], False))
     modified = dict(node("gpu-1", 2), metadata={"name": "gpu-1", "resourceVersion": "21"})
     stub.watches.append(([{"type": "MODIFIED", "object": modified}], True))
+    stub.lists.append((200, _node_list("21", modified)))
     result = Waiter(_kube_api(stub.host), [NODES], 60).wait(all_nodes_have(2))
     assert result.done and result.relists == 1
     assert "resourceVersion=20" in stub.requests[3]
@@ -481,9 +489,10 @@ def test_kube_api_relists_after_the_server_cut_a_watch_over_http(stub):
                          "cut"))
     modified = dict(node("gpu-1", 2), metadata={"name": "gpu-1", "resourceVersion": "31"})
     stub.watches.append(([{"type": "MODIFIED", "object": modified}], True))
+    stub.lists.append((200, _node_list("31", modified)))
     result = Waiter(_kube_api(stub.host), [NODES], 60, backoff_initial=0.01).wait(all_nodes_have(2))
     assert result.done and result.reconnects == 1 and result.relists == 1
-    assert result.api_requests == {"list": 2, "watch": 2, "total": 4}
+    assert result.api_requests == {"list": 3, "watch": 2, "total": 5}
     assert "resourceVersion=30" in stub.requests[3]
 
 

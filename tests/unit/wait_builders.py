@@ -87,15 +87,19 @@ def daemonset(operand_name, tolerations, namespace=NS):
             "spec": {"template": {"spec": {"tolerations": tolerations}}}}
 
 
-def deployment(available=True, replicas=1, generation=2, observed=2, namespace=NS):
+def deployment(available=True, replicas=1, generation=2, observed=2, namespace=NS, updated=None, old=0):
+    """``updated``: replicas of the current template (all by default); ``old``: replicas of
+    earlier templates still running (a rollout in progress)."""
     conditions = [{"type": "Available", "status": "True" if available else "False",
                    "reason": "MinimumReplicasAvailable" if available else "MinimumReplicasUnavailable"}]
     if not available:
         conditions.append({"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated",
                            "message": 'ReplicaSet "gpu-operator-6c9b8d7f5" is progressing.'})
     return {"metadata": {"name": om.OPERATOR_DEPLOYMENT, "namespace": namespace, "generation": generation},
-            "status": {"observedGeneration": observed, "replicas": replicas,
-                       "availableReplicas": replicas if available else 0, "conditions": conditions}}
+            "spec": {"replicas": replicas},
+            "status": {"observedGeneration": observed, "replicas": replicas + old,
+                       "updatedReplicas": replicas if updated is None else updated,
+                       "availableReplicas": replicas + old if available else 0, "conditions": conditions}}
 
 
 def operator_pod(waiting=None, namespace=NS):
