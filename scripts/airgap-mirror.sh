@@ -11,7 +11,9 @@
 # what was copied and what was not: it never half-copies silently. Copies are multi-arch
 # (the whole manifest list) and safe to repeat: blobs the mirror has are not sent again.
 # Lines whose source already is the mirror reference (images built for the site, such as
-# the vGPU manager) are checked to exist in the mirror, not copied.
+# the vGPU manager) are checked to exist in the mirror, not copied. A line whose comment
+# ends with the platforms its nodes need ("[linux/amd64, linux/arm64]") is refused when the
+# source is an index without one of them, or a single-platform image while several are needed.
 set -euo pipefail
 
 usage() {
@@ -59,9 +61,14 @@ esac
 # source -> mirror pairs; comments and blank lines skipped.
 sources=()
 mirrors=()
+platforms=()
 lineno=0
 while IFS= read -r line || [ -n "$line" ]; do
   lineno=$((lineno + 1))
+  wanted=""
+  case "$line" in
+    *"#"*"[linux/"*"]") wanted="${line##*[}"; wanted="${wanted%]}"; wanted="${wanted//,/ }" ;;
+  esac
   line="${line%%#*}"
   line="${line#"${line%%[![:space:]]*}"}"
   line="${line%"${line##*[![:space:]]}"}"
@@ -75,17 +82,34 @@ while IFS= read -r line || [ -n "$line" ]; do
   { [ -n "$src" ] && [ -n "$dst" ] && [ "${dst#* }" = "$dst" ]; } || fail "$plan line $lineno is not 'source -> mirror': $line"
   sources+=("$src")
   mirrors+=("$dst")
+  platforms+=("$wanted")
 done < "$plan"
 [ "${#sources[@]}" -gt 0 ] || fail "$plan lists no images"
 
-inspect() { # inspect REF [insecure]: does the image exist (and can we reach its registry)?
+inspect() { # inspect REF [insecure]: the image's manifest (does it exist, can we reach its registry?)
   if [ "$tool" = skopeo ]; then
-    if [ "${2:-0}" = 1 ]; then skopeo inspect --raw --tls-verify=false "docker://$1" >/dev/null
-    else skopeo inspect --raw "docker://$1" >/dev/null; fi
+    if [ "${2:-0}" = 1 ]; then skopeo inspect --raw --tls-verify=false "docker://$1"
+    else skopeo inspect --raw "docker://$1"; fi
   else
-    if [ "${2:-0}" = 1 ]; then crane manifest --insecure "$1" >/dev/null
-    else crane manifest "$1" >/dev/null; fi
+    if [ "${2:-0}" = 1 ]; then crane manifest --insecure "$1"
+    else crane manifest "$1"; fi
   fi
+}
+
+lacking() { # lacking MANIFEST "linux/amd64 linux/arm64": the wanted platforms the manifest cannot serve
+  local manifest="$1" platform arch out=""
+  set -- $2
+  [ $# -gt 0 ] || return 0
+  if ! grep -q '"manifests"' <<<"$manifest"; then
+    # One platform's image: enough for one platform, never for several.
+    [ $# -gt 1 ] && echo "$* (a single-platform image, not an index)"
+    return 0
+  fi
+  for platform in "$@"; do
+    arch="${platform#linux/}"
+    grep -Eq "\"architecture\"[[:space:]]*:[[:space:]]*\"$arch\"" <<<"$manifest" || out="$out $platform"
+  done
+  [ -z "$out" ] || echo "${out# }"
 }
 
 copy() { # copy SRC DST
@@ -112,17 +136,27 @@ done
 
 # 2. Every source exists; site-built images are already in the mirror.
 missing=()
+short=()
 for i in "${!sources[@]}"; do
   if [ "${sources[$i]}" = "${mirrors[$i]}" ]; then
-    inspect "${mirrors[$i]}" "$insecure" 2>/dev/null || missing+=("${mirrors[$i]} (built for the site: push it to the mirror)")
+    ref="${mirrors[$i]}"
+    manifest="$(inspect "$ref" "$insecure" 2>/dev/null)" || { missing+=("$ref (built for the site: push it to the mirror)"); continue; }
   else
-    inspect "${sources[$i]}" 2>/dev/null || missing+=("${sources[$i]}")
+    ref="${sources[$i]}"
+    manifest="$(inspect "$ref" 2>/dev/null)" || { missing+=("$ref"); continue; }
   fi
+  gap="$(lacking "$manifest" "${platforms[$i]}")"
+  [ -z "$gap" ] || short+=("$ref lacks $gap")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
   printf 'airgap-mirror: cannot read these images (no network to their registry, no credentials, or no such tag):\n' >&2
   printf '  %s\n' "${missing[@]}" >&2
   fail "nothing was copied"
+fi
+if [ "${#short[@]}" -gt 0 ]; then
+  printf 'airgap-mirror: these images lack platforms the site'"'"'s nodes need (the plan says which, per line):\n' >&2
+  printf '  %s\n' "${short[@]}" >&2
+  fail "nothing was copied; use a tag built for every platform listed, or rebuild the site's image for them"
 fi
 
 # 3. Copy.

@@ -142,7 +142,11 @@ def print_report(report):
     print("   %s: %s" % ("PASSED" if report["passed"] else "FAILED", report["summary"]))
     for name, node in sorted(report["nodes"].items()):
         advertised = ", ".join("%s=%s" % kv for kv in sorted(node["advertised"].items())) or "-"
-        print("   %-18s %-15s %-30s %s" % (name, node["workload_config"], advertised, node["status"]))
+        driver = node.get("driver") or {}
+        driver_text = "%s (%s)" % (driver.get("version") or "?", driver["source"]) if driver.get("source") else "-"
+        print("   %-18s %-6s %-12s %-22s %-15s %-30s %s" % (
+            name, node.get("architecture") or "-", node.get("gpu_model") or "-", driver_text,
+            node["workload_config"], advertised, node["status"]))
 
 
 def failed_task(output):

@@ -63,7 +63,8 @@ def check_document(doc, what):
             raise KubeconfigError("%s: %s must be a list" % (what, section))
         seen = set()
         for index, entry in enumerate(entries):
-            if not isinstance(entry, dict) or not entry.get("name") or not isinstance(entry.get(inner), dict):
+            if (not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"]
+                    or not isinstance(entry.get(inner), dict)):
                 raise KubeconfigError("%s: %s[%d] needs a name and a %s mapping" % (what, section, index, inner))
             if entry["name"] in seen:
                 raise KubeconfigError("%s: %s has two entries named %r" % (what, section, entry["name"]))
@@ -95,10 +96,14 @@ def rewrite_server(server, api_address=None, api_server=None):
     if "/" in api_address or api_address.startswith("["):
         raise KubeconfigError("api_address %r must be a bare host name or IP address" % api_address)
     parts = urlsplit(server)
+    try:
+        port = parts.port
+    except ValueError as exc:  # a port out of range or not a number
+        raise KubeconfigError("the source cluster's server %r: %s" % (server, exc))
     if not parts.hostname:
         raise KubeconfigError("the source cluster's server %r has no host" % server)
     host = "[%s]" % api_address if ":" in api_address else api_address
-    netloc = host if parts.port is None else "%s:%d" % (host, parts.port)
+    netloc = host if port is None else "%s:%d" % (host, port)
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
@@ -112,6 +117,8 @@ def site_entries(source, name, api_address=None, api_server=None, what="rke2.yam
     server = cluster["cluster"].get("server")
     if not server:
         raise KubeconfigError("%s: clusters[0].cluster.server is missing" % what)
+    if not isinstance(server, str):
+        raise KubeconfigError("%s: clusters[0].cluster.server is %r, not a URL" % (what, server))
     cluster_body = dict(cluster["cluster"], server=rewrite_server(server, api_address, api_server))
     context_body = dict(context["context"], cluster=name, user=name)
     return (

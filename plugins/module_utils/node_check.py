@@ -20,6 +20,7 @@ import copy
 import gc
 import json
 
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import k8s_objects as ko
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_gates as gates
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
 
@@ -80,26 +81,53 @@ def paused_gc():
             gc.enable()
 
 
+def _not_json_or_yaml(source, line, why):
+    return ValueError("%s: not JSON or YAML: line %d: %s" % (source, line, " ".join(str(why).split())))
+
+
 def parse_documents(text, source="<snapshot>"):
     """The documents in one snapshot file's text: JSON (what ``kubectl -o json`` prints,
-    parsed fast) or YAML, one or more documents."""
+    parsed fast) or YAML, one or more documents. Text that is neither, or a document
+    that is no mapping (a stray line of text reads as a YAML string), raises ValueError
+    ``<source>: not JSON or YAML: line N: ...``."""
+    json_error = None
     try:
-        return [json.loads(text)]
-    except ValueError:
-        pass
-    if not HAS_YAML:
-        raise ValueError("%s is not JSON, and PyYAML is not installed to read it as YAML" % source)
+        documents = [json.loads(text)]
+    except ValueError as exc:
+        json_error = exc
+    if json_error is not None:
+        if not HAS_YAML:
+            raise ValueError("%s is not JSON, and PyYAML is not installed to read it as YAML" % source)
+        try:
+            documents = [doc for doc in yaml.load_all(text, Loader=_YAML_LOADER) if doc is not None]
+        except yaml.YAMLError as exc:
+            if text.lstrip()[:1] in ("{", "[") and hasattr(json_error, "lineno"):
+                # Meant as JSON: its parser's complaint is the one to read.
+                raise _not_json_or_yaml(source, json_error.lineno, json_error.msg)
+            mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+            raise _not_json_or_yaml(source, mark.line + 1 if mark else 1, getattr(exc, "problem", None) or exc)
+    for index, document in enumerate(documents):
+        if document is not None and not isinstance(document, (dict, list)):
+            raise _not_json_or_yaml(source, _document_line(text, index), "%s, not a Kubernetes object or List"
+                                    % ko.describe(document))
+    return documents
+
+
+def _document_line(text, index):
+    """The line a YAML document starts on (1 for JSON, or when it cannot tell)."""
     try:
-        return [doc for doc in yaml.load_all(text, Loader=_YAML_LOADER) if doc is not None]
-    except yaml.YAMLError as exc:
-        raise ValueError("%s is neither JSON nor YAML: %s" % (source, exc))
+        nodes = [node for node in yaml.compose_all(text, Loader=_YAML_LOADER) if node is not None]
+        return nodes[index].start_mark.line + 1
+    except (yaml.YAMLError, IndexError, NameError):
+        return 1
 
 
 def split_snapshot(documents):
     """Nodes, pods, DaemonSets and ClusterPolicies out of parsed documents, each a v1
     ``List`` (``kubectl get nodes,pods,daemonsets -A -o json``), a typed list
     (``NodeList``) or a single object. Other kinds are skipped; a document that is no
-    Kubernetes object raises ValueError naming it."""
+    Kubernetes object raises ValueError naming it. The objects are read (k8s_objects)
+    where the check uses them."""
     result = dict((key, []) for key in ("nodes", "pods", "daemonsets", "clusterpolicies"))
     for index, document in enumerate(documents):
         _collect(document, None, "document %d" % (index + 1), result)
@@ -110,14 +138,19 @@ def _collect(obj, implied_kind, where, result):
     if obj is None:
         return
     if not isinstance(obj, dict):
-        raise ValueError("%s is a %s, not a Kubernetes object or List" % (where, type(obj).__name__))
+        raise ko.MalformedObject("%s is %s, not a Kubernetes object or List" % (where, ko.describe(obj)))
     kind = obj.get("kind") or implied_kind
     if not kind:
-        raise ValueError("%s has no kind" % where)
-    if kind.endswith("List") and isinstance(obj.get("items"), list):
+        raise ko.MalformedObject("%s has no kind" % where)
+    if not isinstance(kind, str):
+        raise ko.MalformedObject("%s: kind is %s, expected a string" % (where, ko.describe(kind)))
+    if kind.endswith("List"):
+        items = obj.get("items")
+        if items is not None and not isinstance(items, list):
+            raise ko.MalformedObject("%s: items is %s, expected a list" % (where, ko.describe(items)))
         item_kind = kind[:-len("List")] or None
-        for index, item in enumerate(obj["items"]):
-            _collect(item, item_kind, "item %d of %s" % (index + 1, where), result)
+        for index, item in enumerate(items or ()):
+            _collect(item, item_kind, "%s items[%d]" % (where, index), result)
         return
     key = _SNAPSHOT_KEYS.get(kind)
     if key:
@@ -149,6 +182,8 @@ def policy_from_inputs(clusterpolicies, overrides, daemonsets=None):
     The operand namespace, when not given, is the ClusterPolicy's ``status.namespace``,
     else the one namespace holding operand DaemonSets, else the chart default."""
     overrides = dict(overrides or {})
+    clusterpolicies = ko.read_all("ClusterPolicy", clusterpolicies, "clusterpolicies")
+    daemonsets = ko.read_all("DaemonSet", daemonsets, "daemonsets")
     active = _active_clusterpolicy(clusterpolicies)
     spec = copy.deepcopy((active or {}).get("spec") or {})
     if overrides.get("namespace") is None:
@@ -253,12 +288,11 @@ def pod_status_reason(pod):
 
 
 def index_operand_pods(pods, namespace):
-    """{node: {operand: [pods]}} for the operand pods in ``namespace``; one pass."""
+    """{node: {operand: [pods]}} for the operand pods in ``namespace``; one pass. The
+    pods of that namespace are read (k8s_objects); the others are not looked at."""
     index = {}
-    for pod in pods:
+    for pod in ko.read_namespaced("Pod", pods, namespace, "pods"):
         meta = _meta(pod)
-        if meta.get("namespace") != namespace:
-            continue
         operand_ = om.operand_of_pod(meta.get("labels"))
         if operand_ is None:
             continue
@@ -600,6 +634,10 @@ def _evaluate_node(node, pods_by_operand, policy_, tolerations, chains, inventor
         "advertised": om.gpu_resources(status.get("allocatable")), "capacity": om.gpu_resources(status.get("capacity")),
         "untolerated_taints": [], "layer_failures": [], "paused_operands": {}, "unlabelled_operands": [],
         "vgpu_config_state": None,
+        # What the node says of itself, for the report: its architecture (the kubelet's label), and
+        # GFD's product and the driver NVML reports (absent until GFD ran there).
+        "architecture": labels.get(om.ARCH_LABEL), "gpu_product": labels.get(om.GPU_PRODUCT_LABEL),
+        "driver_version": labels.get(om.DRIVER_VERSION_LABEL),
     }
     advertised = report["advertised"]
 
@@ -691,6 +729,8 @@ def evaluate(nodes, pods, policy, daemonsets=None, isolated_nodes=()):
     isolated = set(isolated_nodes or ())
     reports, findings = {}, []
     with paused_gc():
+        nodes = ko.read_all("Node", nodes, "nodes")
+        daemonsets = ko.read_all("DaemonSet", daemonsets, "daemonsets")
         pods_index = index_operand_pods(pods, namespace)
         tolerations = _operand_tolerations(daemonsets, namespace)
         for node in sorted(nodes, key=lambda n: _meta(n).get("name") or ""):
@@ -714,7 +754,7 @@ def check(snapshot, policy, node_names=None, isolated_nodes=()):
     """The check's whole result for a split snapshot: ``findings``, ``nodes``, the
     ``policy`` it used and a ``summary``. ``node_names`` limits the report; a name that
     is not in the snapshot raises ValueError. ``isolated_nodes``: see ``evaluate``."""
-    nodes = snapshot["nodes"]
+    nodes = ko.read_all("Node", snapshot["nodes"], "nodes")
     if node_names:
         known = set(_meta(n).get("name") for n in nodes)
         unknown = sorted(set(node_names) - known)

@@ -421,7 +421,9 @@ def values_problems(values, decisions, reference=None, rke2_version=None):
     for index, entry in enumerate(_env_entries(values, "toolkit.env")):
         name = entry.get("name")
         where = "toolkit.env[%d] %s" % (index, name)
-        if name in OBSOLETE_TOOLKIT_ENV:
+        if not isinstance(name, str):
+            problems.append("toolkit.env[%d].name: must be a string, got %r" % (index, name))
+        elif name in OBSOLETE_TOOLKIT_ENV:
             problems.append("%s: the obsolete containerd-config recipe is refused on RKE2: %s"
                             % (where, OBSOLETE_TOOLKIT_ENV[name]))
         elif nri and line["nri"] and str(name).startswith("CONTAINERD_"):

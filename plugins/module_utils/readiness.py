@@ -20,11 +20,18 @@ __metaclass__ = type
 import re
 from datetime import datetime
 
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import k8s_objects as ko
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import node_check
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
-from ansible_collections.gpuplatform.rke2.plugins.module_utils.k8s_wait import objects
+from ansible_collections.gpuplatform.rke2.plugins.module_utils.k8s_wait import objects as _cached
 
 LAYER_NODE = "node"  # the kubelet itself: below the ADR's layers
+
+
+def objects(cache, key):
+    """The engine's cached objects of one cache key (``pods``), in name order, each read
+    (k8s_objects): a condition never looks past an object it cannot read."""
+    return ko.read_all(ko.KIND_OF[key], _cached(cache, key), key)
 
 
 def _meta(obj):
@@ -103,6 +110,7 @@ def select_nodes(nodes, resource, policy, names=None, explicit=False, daemonsets
 
 def _select(nodes, resource, policy, names, explicit, daemonsets):
     """select_nodes, and node_check's label-only reports of the nodes it looked at."""
+    nodes = ko.read_all("Node", nodes, "nodes")
     by_name = dict((_name(n), n) for n in nodes)
     if explicit:
         wanted = sorted(names) if names else sorted(by_name)
@@ -157,6 +165,7 @@ def diagnose(nodes, pods, policy, node_names, resource=None, min_per_node=1, dae
 
     The operand layers come from ``node_check``; on top, a node whose kubelet is not
     Ready, and one that advertises fewer than ``min_per_node`` of ``resource``."""
+    nodes = ko.read_all("Node", nodes, "nodes")
     by_name = dict((_name(n), n) for n in nodes)
     wanted = [by_name[n] for n in node_names if n in by_name]
     reports = node_check.evaluate(wanted, pods, policy, daemonsets)["nodes"]
@@ -242,6 +251,7 @@ def runtime_chain_failures(nodes, pods, policy, node_names, daemonsets=None):
     """``{node: {"layer", "operand", "reason"}}``: the lowest failure in the driver or
     container-runtime layer of each of ``node_names`` that has one, as ``node_check``
     finds it from the operand pods."""
+    nodes = ko.read_all("Node", nodes, "nodes")
     wanted = set(node_names)
     reports = node_check.evaluate([n for n in nodes if _name(n) in wanted], pods, policy, daemonsets)["nodes"]
     result = {}
@@ -335,15 +345,24 @@ STEPS = (STEP_OPERATOR, STEP_CLUSTER_POLICY, STEP_OPERANDS)
 
 
 def deployment_available(deployment):
-    """(available, message) of a Deployment: condition Available=True on its current
-    generation."""
+    """(available, message) of a Deployment: its current generation rolled out, as
+    ``kubectl rollout status`` decides (every replica updated, no old replica left, the
+    updated ones available), and condition Available=True. Mid-upgrade the old operator
+    still counts as available; it is not the one that was asked for."""
     if deployment is None:
         return False, "Deployment not found"
     status = deployment.get("status") or {}
     available = _condition(deployment, "Available")
     if (status.get("observedGeneration") or 0) < (_meta(deployment).get("generation") or 0):
         return False, "rollout of generation %s not observed yet" % _meta(deployment).get("generation")
-    if available and available.get("status") == "True" and (status.get("availableReplicas") or 0) >= 1:
+    wanted = (deployment.get("spec") or {}).get("replicas")
+    wanted = 1 if wanted is None else wanted
+    updated = status.get("updatedReplicas") or 0
+    if updated < wanted:
+        return False, "rollout in progress: %d of %d replicas updated" % (updated, wanted)
+    if (status.get("replicas") or 0) > updated:
+        return False, "rollout in progress: %d old replicas pending termination" % ((status.get("replicas") or 0) - updated)
+    if available and available.get("status") == "True" and (status.get("availableReplicas") or 0) >= max(updated, 1):
         return True, "%s/%s replicas available" % (status.get("availableReplicas"), status.get("replicas"))
     progressing = _condition(deployment, "Progressing") or {}
     return False, "%s/%s replicas available%s" % (
@@ -387,6 +406,7 @@ def operand_nodes(nodes, pods, policy, names=None, explicit=False, daemonsets=No
     """Per node, its operand chain and where it stands: ``{node: {"workload_config",
     "chain", "ready_operands", "ready", "stuck_at", "layer", "reason"}}`` and the GPU
     nodes left out (isolated, or tainted against the operands) with the reason."""
+    nodes = ko.read_all("Node", nodes, "nodes")
     if explicit:
         wanted = set(names) if names else None
         nodes = [n for n in nodes if wanted is None or _name(n) in wanted]
@@ -502,15 +522,20 @@ class StepTimes(object):
 
 # ---------------------------------------------------------------- the CUDA sample
 
+# A multi-arch index (linux/amd64, linux/arm64): this tag is reported printing "Test PASSED" on a GB10
+# (DGX Spark, driver 580, sm_121) and on GH200, where the older nbody-cuda11.7.1-ubuntu18.04 fails as the
+# wrong architecture. A mirror copies the whole index (skopeo copy --all).
 SAMPLE_IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04"
 SAMPLE_CONTAINER = "cuda-vectoradd"
 SAMPLE_LABEL_NAME = "app.kubernetes.io/name"
 SAMPLE_LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 SAMPLE_LABEL_RUN = "gpuplatform.rke2/cuda-sample-run"
 MANAGED_BY = "gpuplatform.rke2"
-# Waiting reasons that no retry by the kubelet mends: the sample has failed.
-UNRECOVERABLE_WAITING = ("InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError",
-                         "CreateContainerError", "ImagePullBackOff")
+# Waiting reasons that no retry by the kubelet mends: the sample has failed. The kubelet
+# retries ImagePullBackOff (a registry mirror not up yet) and CreateContainerError (the
+# runtime briefly unavailable while the toolkit restarts containerd): those keep the wait
+# going, and at its deadline the pod's reason is reported.
+UNRECOVERABLE_WAITING = ("InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError")
 _NAME_RE = re.compile(r"[^a-z0-9-]+")
 
 
@@ -566,7 +591,7 @@ def sample_nodes(nodes, resource, count_, names=None):
     ``count_`` of ``resource`` allocatable, limited to ``names`` when given."""
     chosen, skipped = [], []
     wanted = set(names) if names else None
-    for node in sorted(nodes, key=_name):
+    for node in sorted(ko.read_all("Node", nodes, "nodes"), key=_name):
         name = _name(node)
         if wanted is not None and name not in wanted:
             continue
@@ -621,6 +646,8 @@ def sample_condition(namespace, pod_names):
         states = {}
         for key, name in zip(keys, pod_names):
             pod = pods.get(key)
+            if pod is not None:
+                ko.read("Pod", pod)
             finished, reason = sample_state(pod)
             states[name] = {"finished": finished, "reason": reason,
                             "phase": ((pod or {}).get("status") or {}).get("phase"),
@@ -708,6 +735,7 @@ def helmchart_condition(name, namespace):
         if chart is None:
             detail["message"] = "HelmChart %s/%s not found" % (namespace, name)
             return False, detail
+        ko.read("HelmChart", chart)
         if _meta(chart).get("deletionTimestamp"):
             detail.update(failed=True, message="HelmChart %s/%s is being deleted (since %s)" % (
                 namespace, name, _meta(chart)["deletionTimestamp"]))
@@ -726,6 +754,7 @@ def helmchart_condition(name, namespace):
         if job is None:
             detail["message"] = "helm-controller has not created Job %s yet" % job_name
             return False, detail
+        ko.read("Job", job)
         detail["job"] = job_name
         changed = spec_changed_at(chart)
         created = _timestamp(_meta(job).get("creationTimestamp"))

@@ -31,6 +31,9 @@ options:
       - JSON or YAML files holding what C(kubectl get nodes,pods,daemonsets -A -o json) prints (a v1 C(List)),
         optionally with C(ClusterPolicy) objects (C(kubectl get clusterpolicies -o json)), in one file or several.
       - When given, the cluster is not contacted; mutually exclusive with the connection options.
+      - Fields the API may leave out may be absent or null. A file that is neither JSON nor YAML, or an object with
+        a field of another shape than the API's, fails the task before any check, naming the file's line or the
+        object and the field, for example C(nodes[3] gpu-1) and C(metadata.labels is a list, expected a mapping).
     type: list
     elements: path
   nodes:

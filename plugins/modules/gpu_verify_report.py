@@ -133,8 +133,12 @@ def main():
     )
     p = module.params
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    report = vr.build_report(p["site"], p["node_check"], p["operand_readiness"], p["allocatable"],
-                             p["cuda_sample"], p["host_facts"], generated_at=now)
+    try:
+        report = vr.build_report(p["site"], p["node_check"], p["operand_readiness"], p["allocatable"],
+                                 p["cuda_sample"], p["host_facts"], generated_at=now)
+    except ValueError as exc:
+        # A result the report cannot read, named by option and field; nothing is written.
+        module.fail_json(msg=str(exc))
     json_path = os.path.join(p["dest"], "gpu-verify.json")
     previous = None
     if os.path.exists(json_path):

@@ -864,7 +864,9 @@ def test_split_snapshot_takes_lists_typed_lists_and_single_objects():
 
 @pytest.mark.parametrize("documents, message", [
     ([["not", "an", "object"]], "document 1 is a list"),
-    ([{"kind": "List", "items": [{"metadata": {}}]}], "item 1 of document 1 has no kind"),
+    ([{"kind": "List", "items": [{"metadata": {}}]}], r"document 1 items\[0\] has no kind"),
+    ([{"kind": "List", "items": {"a": 1}}], "document 1: items is a mapping, expected a list"),
+    ([{"kind": ["Node"]}], "document 1: kind is a list, expected a string"),
     ([{"metadata": {"name": "x"}}], "document 1 has no kind"),
 ])
 def test_split_snapshot_names_what_is_wrong(documents, message):
@@ -876,8 +878,19 @@ def test_parse_documents_json_and_multi_document_yaml():
     assert nc.parse_documents('{"kind": "List", "items": []}') == [{"kind": "List", "items": []}]
     text = "kind: Node\nmetadata: {name: a}\n---\n---\nkind: Pod\nmetadata: {name: b}\n"
     assert [d["kind"] for d in nc.parse_documents(text)] == ["Node", "Pod"]
-    with pytest.raises(ValueError, match="broken.yaml is neither JSON nor YAML"):
+    with pytest.raises(ValueError, match="^broken.yaml: not JSON or YAML: line 2: "):
         nc.parse_documents("kind: [unclosed\n", "broken.yaml")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("just some words\n", "notes.txt: not JSON or YAML: line 1: a string ('just some words'), not a Kubernetes object"),
+    ("kind: Node\n---\n\n42\n", "notes.txt: not JSON or YAML: line 4: an integer (42), not a Kubernetes object"),
+    ('{\n "kind": "List"\n "items": []}', "notes.txt: not JSON or YAML: line 3: Expecting ',' delimiter"),
+])
+def test_text_that_holds_no_object_is_not_json_or_yaml(text, message):
+    with pytest.raises(ValueError) as caught:
+        nc.parse_documents(text, "notes.txt")
+    assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
 
 
 # ---------------------------------------------------------------- policy
