@@ -2,8 +2,10 @@
 # Copyright: (c) 2026, gpuplatform.rke2 contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Filters of the rke2 role: the content of config.yaml from typed variables, the
-release version in ``rke2 --version`` output, and the upgrade rule. Documentation in
-the sidecar files rke2_config.yml, rke2_installed_version.yml and rke2_upgrade_error.yml."""
+release version in ``rke2 --version`` output, the upgrade rule, how a node takes part in
+the cluster and which token it joins with, the host's release architecture and the air-gap
+folder's checks, and the service's restart and start failure. Documentation in the sidecar
+files of the same names (rke2_config.yml, ...)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -32,10 +34,69 @@ def rke2_upgrade_error(target, installed):
         raise AnsibleFilterError(str(exc))
 
 
+def _failing(function, *args, **kwargs):
+    try:
+        return function(*args, **kwargs)
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError(str(exc))
+
+
+def rke2_join_plan(host, servers, holds_data, api_address="", servers_hostvars=None, token_given=False,
+                   check_mode=False):
+    plan = _failing(rke2.join_plan, host, list(servers), dict(holds_data), token_given=bool(token_given),
+                    check_mode=bool(check_mode))
+    addresses = rke2.server_addresses(dict(servers_hostvars or {}))
+    plan["join_address"] = rke2.join_address(api_address, addresses, plan["join_server"]) if plan["join_server"] else ""
+    return plan
+
+
+def rke2_join_token(role, server_token="", agent_token="", given_token="", given_agent_token=""):
+    # {token, error}: the task that reads the token hides its output, the refusal must show.
+    try:
+        return {"token": rke2.join_token(role, server_token=server_token or "", agent_token=agent_token or "",
+                                         given_token=given_token or "", given_agent_token=given_agent_token or ""),
+                "error": ""}
+    except ValueError as exc:
+        return {"token": "", "error": str(exc)}
+
+
+def rke2_release_arch(machine, declared="", host="this host"):
+    return _failing(rke2.release_arch, machine, declared or "", host)
+
+
+def rke2_airgap_problems(images, arch, cni, host="this host", registry=False, listing=None, wanted=None):
+    problems = _failing(rke2.image_archive_problems, list(images or []), arch, cni, host, bool(registry))
+    if listing is not None:
+        missing = rke2.bundle_missing(list(listing), list(wanted or []), arch, host)
+        if missing:
+            problems.append(missing)
+    return problems
+
+
+def rke2_archives_for_arch(images, arch):
+    return rke2.archives_for_arch(list(images or []), arch)
+
+
+def rke2_restart_reason(active, running_output="", installed_output="", changed=False):
+    return rke2.restart_reason(bool(active), rke2.version_in_output(running_output),
+                               rke2.version_in_output(installed_output), bool(changed))
+
+
+def rke2_start_failure(journal, unit, action, rc, timeout):
+    return rke2.start_failure(unit, action, int(rc), int(timeout), journal)
+
+
 class FilterModule(object):
     def filters(self):
         return {
             "rke2_config": rke2_config,
             "rke2_installed_version": rke2_installed_version,
             "rke2_upgrade_error": rke2_upgrade_error,
+            "rke2_join_plan": rke2_join_plan,
+            "rke2_join_token": rke2_join_token,
+            "rke2_release_arch": rke2_release_arch,
+            "rke2_airgap_problems": rke2_airgap_problems,
+            "rke2_archives_for_arch": rke2_archives_for_arch,
+            "rke2_restart_reason": rke2_restart_reason,
+            "rke2_start_failure": rke2_start_failure,
         }

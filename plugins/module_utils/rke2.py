@@ -13,6 +13,8 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2_flags
+
 SERVER = "server"
 AGENT = "agent"
 NODE_ROLES = (SERVER, AGENT)
@@ -41,12 +43,17 @@ _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 # config.yaml keys this module sets from typed variables; the extra map may not set them.
 TYPED_KEYS = ("server", "token-file", "node-name", "node-ip", "node-label", "node-taint", "tls-san", "cni",
-              "system-default-registry", "profile")
-# Server flags an agent's config must not carry (rke2 agent --help lacks them); the
-# etcd-* family counts as one.
-SERVER_ONLY_KEYS = ("tls-san", "cni", "disable", "cluster-cidr", "service-cidr", "cluster-dns", "cluster-domain",
-                    "write-kubeconfig-mode", "kube-apiserver-arg", "kube-controller-manager-arg", "kube-scheduler-arg",
-                    "ingress-controller", "disable-cloud-controller", "egress-selector-mode")
+              "system-default-registry", "profile", "agent-token-file", "selinux")
+# Server flags an agent's config must not carry: `rke2 agent` skips them with "Unknown flag"
+# (generated from the real binary's --help into rke2_flags.py).
+SERVER_ONLY_KEYS = rke2_flags.SERVER_ONLY_FLAGS
+# The values of `profile` RKE2 accepts (pkg/rke2/rke2.go ProfileCIS, ProfileETCD); anything
+# else stops it at start ("invalid value provided for --profile flag").
+PROFILES = ("cis", "etcd")
+PROFILE_CIS = "cis"
+# The CIS profile needs the kernel to keep these values (pkg/cli/cmds/profile_linux.go);
+# RKE2 sets protect-kernel-defaults itself and stops when it is set to false.
+PROTECT_KERNEL_DEFAULTS = "protect-kernel-defaults"
 
 
 # ---------------------------------------------------------------- versions
@@ -202,7 +209,8 @@ def server_url(api_address):
 
 
 def build_config(role, node_name, join_address=None, token_file=None, node_ip=None, node_labels=None,
-                 node_taints=None, tls_san=None, cni=None, system_default_registry=None, profile=None, extra=None):
+                 node_taints=None, tls_san=None, cni=None, system_default_registry=None, profile=None, extra=None,
+                 agent_token_file=None, selinux=False):
     """The content of ``/etc/rancher/rke2/config.yaml`` as a dict, in a stable key order.
 
     ``join_address`` is the address (the first server's, or a VIP) every node but the
@@ -221,6 +229,9 @@ def build_config(role, node_name, join_address=None, token_file=None, node_ip=No
         raise ValueError("an agent needs an address to join through (rke2_api_address)")
     if token_file:
         config["token-file"] = token_file
+    # Servers only: the token agents join with, when the site keeps it apart from the server token.
+    if agent_token_file and role == SERVER:
+        config["agent-token-file"] = agent_token_file
     if node_ip:
         config["node-ip"] = node_ip
     labels = node_label_args(node_labels or {})
@@ -241,30 +252,63 @@ def build_config(role, node_name, join_address=None, token_file=None, node_ip=No
         if "/" in system_default_registry or "://" in system_default_registry:
             raise ValueError("rke2_system_default_registry %r must be a registry host[:port], without scheme or path"
                              % system_default_registry)
-        config["system-default-registry"] = system_default_registry
-    if profile:
-        config["profile"] = profile
+        # Servers only: on an agent the flag is hidden, deprecated and ignored (pkg/cli/cmds/agent.go);
+        # agents get the registry from the images the servers' charts name.
+        if role == SERVER:
+            config["system-default-registry"] = system_default_registry
+    if selinux not in (True, False):
+        raise ValueError("rke2_selinux %r must be true or false" % (selinux,))
+    if selinux:
+        # A tarball install runs containerd without SELinux support unless config.yaml says so.
+        config["selinux"] = True
     extra = extra or {}
     if not isinstance(extra, dict):
         raise ValueError("rke2_config_extra must be a mapping of config.yaml keys")
+    if profile:
+        if profile not in PROFILES:
+            raise ValueError("rke2_profile %r: RKE2 %s accepts %s (or empty for none)"
+                             % (profile, rke2_flags.RKE2_VERSION, " or ".join(PROFILES)))
+        config["profile"] = profile
+        if profile == PROFILE_CIS:
+            if extra.get(PROTECT_KERNEL_DEFAULTS, True) is not True:
+                raise ValueError("rke2_config_extra sets %s to %r: rke2_profile cis needs it true"
+                                 % (PROTECT_KERNEL_DEFAULTS, extra[PROTECT_KERNEL_DEFAULTS]))
+            config[PROTECT_KERNEL_DEFAULTS] = True
     for key in extra:
         if key in TYPED_KEYS or key == "token":
             raise ValueError("rke2_config_extra sets %r, which the role sets from its own variable: use that variable"
                              % key)
-        if role == AGENT and (key in SERVER_ONLY_KEYS or key.startswith("etcd-")):
-            raise ValueError("rke2_config_extra sets %r, which an agent does not accept" % key)
+        # config.yaml.d's "key+" appends to key (k3s pkg/configfilearg): the same flag.
+        if role == AGENT and str(key).rstrip("+") in SERVER_ONLY_KEYS:
+            raise ValueError("rke2_config_extra sets %r, a server flag: rke2 agent %s has no --%s and skips it"
+                             % (key, rke2_flags.RKE2_VERSION, str(key).rstrip("+")))
     for key in sorted(extra):
-        config[key] = extra[key]
+        if key not in config:
+            config[key] = extra[key]
     return config
 
 
 # ---------------------------------------------------------------- node readiness
 
-def node_state(node, kubelet_version=None):
+# The kubelet's Ready=False message when its only error is the missing network plugin
+# (kubelet.go setNetworkState, nodestatus/setters.go ReadyCondition: one error is its own
+# message, several are "[a, b]").
+_NETWORK_NOT_READY = "container runtime network not ready"
+
+
+def waiting_for_cni_only(condition):
+    """Whether a Ready condition is False for the missing CNI alone: what a node of a
+    cluster installed with ``cni: none`` reports until the site deploys its own CNI."""
+    return (condition.get("status") == "False" and condition.get("reason") == "KubeletNotReady"
+            and str(condition.get("message") or "").startswith(_NETWORK_NOT_READY))
+
+
+def node_state(node, kubelet_version=None, without_cni=False):
     """(ready, detail) of one Node object as the API returns it (a dict), or of None
     for a node that has not registered. With ``kubelet_version``, a node is ready only
     once its kubelet runs that version: after an upgrade the old kubelet can still
-    report Ready."""
+    report Ready. ``without_cni`` (``cni: none``): a node whose kubelet runs and lacks
+    only the network plugin counts, since no such node reports Ready=True."""
     if node is None:
         return False, "not registered"
     status = node.get("status") or {}
@@ -273,6 +317,10 @@ def node_state(node, kubelet_version=None):
     if not ready:
         return False, "no Ready condition yet"
     condition = ready[0]
+    if without_cni and waiting_for_cni_only(condition):
+        if kubelet_version and version != kubelet_version:
+            return False, "waiting for a CNI, and its kubelet is %s, not %s" % (version, kubelet_version)
+        return True, "up, waiting for the site's CNI (kubelet %s): %s" % (version, condition.get("message"))
     if condition.get("status") != "True":
         why = ": ".join(part for part in (condition.get("reason"), condition.get("message")) if part)
         return False, "Ready=%s%s" % (condition.get("status"), " (%s)" % why if why else "")
@@ -281,13 +329,13 @@ def node_state(node, kubelet_version=None):
     return True, "Ready (kubelet %s)" % version
 
 
-def nodes_ready(nodes, names, kubelet_version=None):
+def nodes_ready(nodes, names, kubelet_version=None, without_cni=False):
     """(all ready, {name: {"ready": bool, "state": detail}}) for ``names`` among
-    ``nodes`` (Node dicts)."""
+    ``nodes`` (Node dicts); ``without_cni`` as in node_state."""
     by_name = dict(((n.get("metadata") or {}).get("name"), n) for n in nodes)
     states = {}
     for name in names:
-        ready, detail = node_state(by_name.get(name), kubelet_version)
+        ready, detail = node_state(by_name.get(name), kubelet_version, without_cni)
         states[name] = {"ready": ready, "state": detail}
     return all(s["ready"] for s in states.values()), states
 
@@ -297,3 +345,236 @@ def not_ready_message(states, timeout, stale=()):
     waiting = ["%s: %s" % (name, state["state"]) for name, state in states.items() if not state["ready"]]
     unreachable = " (the API was unreachable at the end: %s)" % ", ".join(stale) if stale else ""
     return "nodes not ready after %ds%s: %s" % (timeout, unreachable, "; ".join(waiting))
+
+
+# ---------------------------------------------------------------- cluster membership and join tokens
+
+# What a server that runs a cluster holds (k3s pkg/server/server.go printTokens): its datastore (etcd under db/),
+# the server token (node-token links to it) and the agent token (a link to the server token unless agent-token is
+# set). Tokens there are full: K10<sha256 of the cluster CA>::<user>:<password> (k3s pkg/clientaccess/token.go).
+DB_DIR = DATA_DIR + "/server/db"
+SERVER_TOKEN_FILE = DATA_DIR + "/server/token"
+AGENT_TOKEN_FILE = DATA_DIR + "/server/agent-token"
+TOKEN_PREFIX = "K10"
+_CA_HASH_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+def parse_token(token, what="token"):
+    """(CA hash, user, password) of a full token ``K10<ca hash>::<user>:<password>``, or
+    ('', '', token) of a short one, as k3s's clientaccess parses them. Messages never carry the
+    token itself."""
+    token = (token or "").strip()
+    if not token:
+        raise ValueError("%s is empty" % what)
+    if not token.startswith(TOKEN_PREFIX):
+        return "", "", token
+    ca_hash, sep, creds = token[len(TOKEN_PREFIX):].partition("::")
+    if not sep:
+        raise ValueError("%s starts with K10 but has no '::' after the CA hash" % what)
+    if ca_hash and not _CA_HASH_RE.match(ca_hash):
+        raise ValueError("%s: the CA hash after K10 is not 64 hex digits" % what)
+    user, sep, password = creds.partition(":")
+    if not sep or not password:
+        raise ValueError("%s: the credentials after '::' are not <user>:<password>" % what)
+    return ca_hash, user, password
+
+
+def token_mismatch(given, cluster_token, what, source):
+    """'' when ``given`` (a variable, short or full) is the token ``cluster_token`` (read from
+    ``source``) holds, else why it is refused. Either empty: nothing to compare."""
+    if not given or not cluster_token:
+        return ""
+    given_hash, _user, given_password = parse_token(given, what)
+    cluster_hash, _user, cluster_password = parse_token(cluster_token, source)
+    if given_password == cluster_password and (not given_hash or not cluster_hash or given_hash == cluster_hash):
+        return ""
+    return ("%s is not the token of the cluster that already runs (%s): RKE2 encrypts the cluster's bootstrap data "
+            "with it and refuses another one. Set it back to the value the cluster was created with, or change the "
+            "cluster's token first (rke2 token rotate on a server) and then %s" % (what, source, what))
+
+
+def join_token(role, server_token="", agent_token="", given_token="", given_agent_token=""):
+    """The token a joining node writes to its token file.
+
+    ``server_token`` and ``agent_token`` are what a server of the cluster holds in server/token and
+    server/agent-token ('' when not read). Those are full tokens: the joining node checks the
+    server's CA against their hash before it sends its credentials, so they are preferred to the
+    short ``rke2_token`` / ``rke2_agent_token`` the site gave. Agents get the agent token when the
+    site sets one (they never need the server token then), else the server token."""
+    if role == AGENT and given_agent_token:
+        error = token_mismatch(given_agent_token, agent_token, "rke2_agent_token", AGENT_TOKEN_FILE)
+        if error:
+            raise ValueError(error)
+        return (agent_token or given_agent_token).strip()
+    error = token_mismatch(given_token, server_token, "rke2_token", SERVER_TOKEN_FILE)
+    if error:
+        raise ValueError(error)
+    return (server_token or given_token).strip()
+
+
+def join_plan(host, servers, holds_data, token_given=False, check_mode=False):
+    """How ``host`` takes part in the cluster, from which servers hold a datastore.
+
+    ``servers`` is rke2_servers in inventory order; ``holds_data`` is {server: True, False, or
+    None when it could not be asked}. The first server of the list starts the cluster when no
+    server holds one; every other node joins through a server that runs it (the first such
+    server in list order other than itself), so a rebuilt or lost first server is not a single
+    point of failure, and a second cluster is never started. Returns {"starts_cluster",
+    "join_server", "token_source", "error"}: ``token_source`` is the server whose token files
+    hold the cluster's tokens ('' while there is none)."""
+    if not servers:
+        raise ValueError("the inventory has no hosts in rke2_servers")
+    first = servers[0]
+    holders = [s for s in servers if holds_data.get(s) is True]
+    unknown = [s for s in servers if holds_data.get(s) is None]
+    others = [s for s in holders if s != host]
+    plan = {"starts_cluster": host == first, "join_server": "", "token_source": "", "error": ""}
+    if host == first:
+        plan["token_source"] = host if host in holders else ""
+        if host not in holders and others:
+            plan["error"] = (
+                "%s is the first server of rke2_servers but holds no cluster (%s is empty), while %s already run "
+                "one: starting it would initialise a second cluster. List one of those first in rke2_servers (the "
+                "site file's nodes order), so that %s joins it, or restore %s on %s"
+                % (host, DB_DIR, ", ".join(others), host, DB_DIR, host))
+        elif host not in holders and unknown:
+            plan["error"] = (
+                "%s would start a new cluster, but %s could not be asked whether they run one (%s): bring them "
+                "back, or take them out of rke2_servers" % (host, ", ".join(unknown), DB_DIR))
+        return plan
+    plan["join_server"] = others[0] if others else first
+    plan["token_source"] = plan["join_server"] if plan["join_server"] in holders else (holders[0] if holders else "")
+    if not holders and not token_given and not check_mode:
+        cause = " (%s could not be asked)" % ", ".join(unknown) if unknown else ""
+        plan["error"] = ("%s cannot join: no server of rke2_servers runs a cluster yet%s (none has %s). Install the "
+                         "first server, %s, first (make rke2/server/install), or give rke2_token"
+                         % (host, cause, DB_DIR, first))
+    return plan
+
+
+def server_addresses(servers_hostvars):
+    """{server: the addresses it is known by}, from each server's inventory variables: the
+    address of ``host_network_address`` (the node's cluster address) first, then ``ansible_host``
+    and the inventory name."""
+    addresses = {}
+    for server, hostvars in servers_hostvars.items():
+        known = []
+        if hostvars.get("host_network_address"):
+            known.append(str(hostvars["host_network_address"]).split("/", 1)[0])
+        known.append(str(hostvars.get("ansible_host") or server))
+        known.append(server)
+        addresses[server] = known
+    return addresses
+
+
+def join_address(api_address, server_addresses, join_server):
+    """The address a joining node registers with. ``rke2_api_address`` when it is an address in
+    front of the servers (a VIP or a DNS name); when it is one of the servers' own addresses
+    (``server_addresses``: {server: [its addresses, the one to use first]}), the address of
+    ``join_server``, the server that runs the cluster."""
+    for addresses in server_addresses.values():
+        if api_address in addresses:
+            return (server_addresses.get(join_server) or [api_address])[0]
+    return api_address
+
+
+# ---------------------------------------------------------------- the service
+
+def restart_reason(active, running_version, installed_version, changed=False):
+    """Why a running unit must be restarted now, or ''. ``changed``: this run changed the release,
+    config.yaml, a token or registries.yaml. ``running_version``: what the running process's
+    binary reports; it differs from the installed one after a run that unpacked a release and
+    was interrupted before its restart (the notification is lost with the run)."""
+    if not active:
+        return ""
+    if changed:
+        return "this run changed the release, config.yaml, a token file or registries.yaml"
+    if running_version and installed_version and running_version != installed_version:
+        return ("the running rke2 is %s but %s is installed: an earlier run was interrupted before its restart"
+                % (running_version, installed_version))
+    return ""
+
+
+def start_failure(unit, action, rc, timeout, journal):
+    """The failure of a bounded ``systemctl start|restart``: the deadline or the exit status, then
+    the unit's last journal lines."""
+    if rc in (124, 137):
+        why = "did not report ready within rke2_start_timeout (%ds)" % timeout
+    else:
+        why = "failed (systemctl %s exited %d)" % (action, rc)
+    lines = [line for line in (journal or "").splitlines() if line.strip()]
+    tail = "\n".join(lines) if lines else "(the journal has no lines of %s)" % unit
+    return "%s %s %s; its last journal lines:\n%s" % (action, unit, why, tail)
+
+
+# ---------------------------------------------------------------- architecture and the air-gap folder
+
+# ansible_architecture -> the architecture in RKE2's release file names.
+RELEASE_ARCHES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+_IMAGE_ARCHIVE_RE = re.compile(r"^rke2-images(?:-([a-z0-9]+))?\.linux-([a-z0-9]+)\.tar\.(?:zst|gz)$")
+# The image bundles the release publishes per CNI (scripts/build-images); the full rke2-images
+# archive is core + canal.
+FULL_BUNDLE = "rke2-images"
+
+
+def release_arch(machine, declared="", host="this host"):
+    """The release architecture of a host from its ``ansible_architecture``; a declared
+    ``rke2_arch`` must agree with it."""
+    arch = RELEASE_ARCHES.get(str(machine or ""))
+    if not arch:
+        raise ValueError("%s: ansible_architecture %r has no RKE2 release the collection installs (x86_64 -> amd64, "
+                         "aarch64 -> arm64)" % (host, machine))
+    if declared and declared != arch:
+        raise ValueError("%s: the inventory declares rke2_arch %s, but the host is %s (ansible_architecture %s): "
+                         "correct the site file's architecture of %s" % (host, declared, arch, machine, host))
+    return arch
+
+
+def archives_for_arch(images, arch):
+    """``rke2_images`` as a host of ``arch`` loads them: the site lists each bundle once (any
+    architecture in its name) and every host gets that bundle's ``linux-<its arch>`` archive.
+    Names that are no RKE2 image archive stay as they are (image_archive_problems names them)."""
+    result = []
+    for name in images or []:
+        match = _IMAGE_ARCHIVE_RE.match(str(name))
+        result.append(str(name) if not match else name[:match.start(2)] + arch + name[match.end(2):])
+    return result
+
+
+def image_archive_problems(images, arch, cni, host="this host", registry=False):
+    """What is wrong with a host's image archives (``archives_for_arch``) for ``cni``: a name that
+    is no RKE2 image archive, and, unless a registry serves the images (``registry``), the core
+    images or a CNI's bundle missing."""
+    problems = []
+    bundles = set()
+    for name in images or []:
+        match = _IMAGE_ARCHIVE_RE.match(str(name))
+        if not match:
+            problems.append("%s: %s is not an RKE2 image archive name (rke2-images[-<bundle>].linux-<arch>.tar.zst)"
+                            % (host, name))
+            continue
+        bundles.add(match.group(1) or FULL_BUNDLE)
+    if registry or not images or problems:
+        return problems
+    if not bundles & set(("core", FULL_BUNDLE)):
+        problems.append("%s: rke2_images has no core images: add rke2-images-core.linux-%s.tar.zst (or the full "
+                        "rke2-images.linux-%s.tar.zst)" % (host, arch, arch))
+    names = [cni] if isinstance(cni, str) else list(cni or [])
+    for name in names:
+        if name == "none" or name in bundles or (name == "canal" and FULL_BUNDLE in bundles):
+            continue
+        problems.append("%s: rke2_cni %s needs its images, but rke2_images has no rke2-images-%s.linux-%s.tar.zst"
+                        % (host, name, name, arch))
+    return problems
+
+
+def bundle_missing(listing, wanted, arch, host="this host", folder="rke2_artifact_dir"):
+    """The files of ``wanted`` the air-gap folder (``listing``: the names in it) lacks, as one
+    message naming the host and each file, or ''."""
+    present = set(listing)
+    missing = [name for name in wanted if name not in present]
+    if not missing:
+        return ""
+    others = sorted(n for n in present if n.startswith("rke2.linux-") or n.startswith("sha256sum-"))
+    return ("%s is %s, but %s lacks %s (it has %s)" % (host, arch, folder, ", ".join(missing),
+                                                       ", ".join(others) or "no release tarball or checksum file"))

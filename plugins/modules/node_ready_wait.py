@@ -31,6 +31,15 @@ options:
       - The kubelet version each node must report in C(status.nodeInfo.kubeletVersion); an RKE2 node reports the RKE2
         release, for example C(v1.34.1+rke2r1). Used to tell an upgraded node from one still running the old release.
     type: str
+  without_cni:
+    description:
+      - >-
+        For a cluster installed without a CNI (RKE2 C(cni: none)): a node also counts once its kubelet reports
+        C(Ready=False) for the missing network plugin alone (C(KubeletNotReady), C(container runtime network not
+        ready)), which is all such a node can reach before the site deploys its own CNI. Any other reason still
+        counts as not ready.
+    type: bool
+    default: false
   timeout:
     description:
       - Seconds to wait in all.
@@ -85,7 +94,7 @@ from ansible_collections.gpuplatform.rke2.plugins.module_utils.rke2 import check
 NODES = "nodes"
 
 
-def wait(api, names, kubelet_version, timeout):
+def wait(api, names, kubelet_version, timeout, without_cni=False):
     """Watch the nodes until ready or the deadline: (done, nodes_ready's states, WaitResult)."""
     if len(names) == 1:
         resources = [k8s_wait.by_name(NODES, "v1", "nodes", names[0])]
@@ -93,10 +102,24 @@ def wait(api, names, kubelet_version, timeout):
         resources = [k8s_wait.resource(NODES, "v1", "nodes")]
 
     def condition(cache):
-        return nodes_ready(k8s_wait.objects(cache, NODES), names, kubelet_version)
+        return nodes_ready(k8s_wait.objects(cache, NODES), names, kubelet_version, without_cni)
 
     result = k8s_wait.Waiter(api, resources, timeout).wait(condition)
     return result.done, result.detail, result
+
+
+def check_params(params):
+    """The first problem with the options, naming the key; None when they are fine."""
+    if not params["names"]:
+        return "names must list at least one node"
+    try:
+        for name in params["names"]:
+            check_node_name(name, "names:")
+    except ValueError as exc:
+        return str(exc)
+    if params["timeout"] < 0:
+        return "timeout must be zero or more seconds, got %d" % params["timeout"]
+    return None
 
 
 def main():
@@ -104,27 +127,17 @@ def main():
     spec.update(
         names=dict(type="list", elements="str", required=True),
         kubelet_version=dict(type="str"),
+        without_cni=dict(type="bool", default=False),
         timeout=dict(type="int", default=600),
     )
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
     names = module.params["names"]
-    if not names:
-        module.fail_json(msg="names must list at least one node")
-    try:
-        for name in names:
-            check_node_name(name, "names:")
-    except ValueError as exc:
-        module.fail_json(msg=str(exc))
-    if module.params["timeout"] < 0:
-        module.fail_json(msg="timeout must be zero or more seconds, got %d" % module.params["timeout"])
-    try:
-        api = k8s_wait.connect(module.params)
-        done, details, result = wait(api, names, module.params["kubelet_version"], module.params["timeout"])
-    except ValueError as exc:
-        module.fail_json(msg=str(exc))
-    except k8s_wait.WaitFailed as exc:
-        module.fail_json(msg="waiting for nodes %s: %s" % (", ".join(names), exc))
-    report = dict(changed=False, nodes=details, elapsed=result.elapsed, api_requests=result.api_requests)
+    api, (done, details, result) = k8s_wait.run_checked(
+        module, check_params,
+        lambda api: wait(api, names, module.params["kubelet_version"], module.params["timeout"],
+                         module.params["without_cni"]),
+        "waiting for nodes %s" % ", ".join(names or []))
+    report = dict(changed=False, nodes=details, elapsed=k8s_wait.elapsed(api), api_requests=result.api_requests)
     if not done:
         module.fail_json(msg=not_ready_message(details, module.params["timeout"], result.stale), **report)
     module.exit_json(**report)

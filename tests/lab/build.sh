@@ -11,6 +11,9 @@
 #                            the GPU Operator from its source tree SRC (go build -mod=vendor,
 #                            offline), cached under KEY (tests/lab/upstream.py resolves the
 #                            source and computes the key) -> prints the binary's path
+#   build.sh rke2 SRC KEY    rke2 from its source tree SRC (modules from the Go module proxy),
+#                            with the release's tags and ldflags (scripts/build-binary at the
+#                            tag), cached under KEY (tests/lab/upstream.py) -> prints its path
 #
 # Progress goes to stderr, one line per binary; the result is the last line of stdout.
 set -euo pipefail
@@ -21,6 +24,8 @@ KWOK_VERSION=v0.8.0
 HELM_VERSION=v3.22.0
 HELM_CONTROLLER_VERSION=v0.16.27
 OPERATOR_VERSION=v26.3.2
+RKE2_VERSION=v1.34.1+rke2r1
+RKE2_COMMIT=98b87c78e2c5a09fd8ff07bcaf4f102db1894a93
 cache_root=${GPUPLATFORM_LAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpuplatform-rke2-lab}
 
 log() { printf '[lab-build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -100,11 +105,38 @@ gpu_operator() {
   echo "$out"
 }
 
+rke2() {
+  # What scripts/build-binary and scripts/version.sh at the tag pass, minus GOEXPERIMENT=boringcrypto
+  # (FIPS crypto; no effect on flags or config parsing). UpstreamGolang: the server refuses to start
+  # unless it equals the Go that built it (k3s pkg/cli/cmds/golang.go); the release stamps the Go of
+  # Kubernetes' build/dependencies.yaml and builds with it, the lab stamps the Go it builds with.
+  # tests/lab/upstream.py RKE2_RECIPE is part of the cache key: bump it when these flags change.
+  local src=$1 key=$2
+  local out="$cache_root/rke2-$key/rke2"
+  local k3s=github.com/k3s-io/k3s rke2_pkg=github.com/rancher/rke2
+  local tags=selinux,netgo,osusergo,no_stage,static_build,sqlite_omit_load_extension,no_embedded_executor,no_cri_dockerd
+  local ldflags="-extldflags -static -w \
+ -X $k3s/pkg/version.Program=rke2 -X $k3s/pkg/version.Version=${RKE2_VERSION} \
+ -X $k3s/pkg/version.GitCommit=${RKE2_COMMIT} -X $k3s/pkg/version.UpstreamGolang=$(go env GOVERSION) \
+ -X $rke2_pkg/pkg/images.DefaultRegistry=docker.io \
+ -X $rke2_pkg/pkg/images.DefaultEtcdImage=rancher/hardened-etcd:v3.6.4-k3s3-build20250908 \
+ -X $rke2_pkg/pkg/images.DefaultKubernetesImage=rancher/hardened-kubernetes:v1.34.1-rke2r1-build20250910 \
+ -X $rke2_pkg/pkg/images.DefaultPauseImage=rancher/mirrored-pause:3.6 \
+ -X $rke2_pkg/pkg/images.DefaultRuntimeImage=rancher/rke2-runtime:${RKE2_VERSION/+/-} \
+ -X $rke2_pkg/pkg/images.DefaultCloudControllerManagerImage=rancher/rke2-cloud-provider:v1.33.0-rc1.0.20250905195603-857412ae5891-build20250908"
+  mkdir -p "$(dirname "$out")"
+  log "rke2 ${RKE2_VERSION} from $src; cache $(dirname "$out")"
+  CGO_ENABLED=1 CGO_CFLAGS="-DSQLITE_ENABLE_DBSTAT_VTAB=1 -DSQLITE_USE_ALLOCA=1" GOFLAGS=-mod=mod \
+    build_one rke2 "$out" "$src" . "$ldflags" "$tags"
+  echo "$out"
+}
+
 started=$SECONDS
 case "${1:-control-plane}" in
   control-plane) control_plane ;;
   helm-tools) helm_tools ;;
   gpu-operator) [ $# -eq 3 ] || { echo "usage: $0 gpu-operator SRC KEY" >&2; exit 2; }; gpu_operator "$2" "$3" ;;
-  *) echo "usage: $0 [control-plane|helm-tools|gpu-operator SRC KEY]" >&2; exit 2 ;;
+  rke2) [ $# -eq 3 ] || { echo "usage: $0 rke2 SRC KEY" >&2; exit 2; }; rke2 "$2" "$3" ;;
+  *) echo "usage: $0 [control-plane|helm-tools|gpu-operator SRC KEY|rke2 SRC KEY]" >&2; exit 2 ;;
 esac
 log "${1:-control-plane} ready in $((SECONDS - started))s"

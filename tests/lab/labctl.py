@@ -4,13 +4,18 @@
     python -m tests.lab.labctl hold-down NODE [OPERAND...] | release NODE | reboot NODE
     python -m tests.lab.labctl cuda-fail NODE | cuda-pass NODE
     python -m tests.lab.labctl add-node NAME [--workload-config C] [--gpus N]
+    python -m tests.lab.labctl rke2-binary   the real rke2's path (exit 3 and why: there is none; 1 under
+                                             LAB_REQUIRE_UPSTREAM=1); builds nothing, make lab-build does
 """
 
 import argparse
 import sys
 
 from tests.lab import upstream
-from tests.lab.lab import Lab, LabError
+from tests.lab.lab import Lab, LabError, rke2_binary
+
+# labctl rke2-binary: no binary and none required (molecule/rke2 skips its real-binary checks).
+EXIT_NO_RKE2 = 3
 
 
 def main(argv=None):
@@ -19,7 +24,8 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("up", help="start the lab and roll the GPU Operator out on its fleet").add_argument(
         "--bare", action="store_true", help="no GPU Operator HelmChart (the integration suite's start)")
-    for name in ("build", "down", "status", "kubeconfig", "restart-apiserver", "restart-operator", "env"):
+    for name in ("build", "down", "status", "kubeconfig", "restart-apiserver", "restart-operator", "env",
+                 "rke2-binary"):
         sub.add_parser(name)
     sub.add_parser("reboot", help="a node reboots: /run/nvidia/validations is empty again").add_argument("node")
     hold = sub.add_parser("hold-down", help="hold operand pods on a node not Ready (default container-toolkit)")
@@ -34,6 +40,8 @@ def main(argv=None):
     add.add_argument("--workload-config", default="container")
     add.add_argument("--gpus", type=int, default=2)
     args = parser.parse_args(argv)
+    if args.command == "rke2-binary":
+        return _rke2_binary()
 
     lab = Lab(workdir=args.workdir)
     try:
@@ -70,6 +78,18 @@ def main(argv=None):
     except (LabError, upstream.UpstreamMissing) as exc:
         print("labctl: %s" % exc, file=sys.stderr)
         return 1
+    return 0
+
+
+def _rke2_binary():
+    try:
+        print(rke2_binary(build_missing=False))
+    except upstream.UpstreamMissing as exc:
+        if upstream.upstream_required():
+            print("labctl: %s=1 and %s" % (upstream.REQUIRE_ENV, exc), file=sys.stderr)
+            return 1
+        print("labctl: %s" % exc, file=sys.stderr)
+        return EXIT_NO_RKE2
     return 0
 
 

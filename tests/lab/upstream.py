@@ -33,6 +33,12 @@ OPERATOR_GIT = "https://github.com/NVIDIA/gpu-operator.git"
 # What a tree must hold to be the operator's source at the tag (vendor/ builds it offline).
 OPERATOR_TREE_MARKERS = ("go.mod", "vendor/modules.txt", "cmd/gpu-operator", "assets",
                          "deployments/gpu-operator/Chart.yaml", "deployments/gpu-operator/crds")
+RKE2_TAG = "v1.34.1+rke2r1"
+RKE2_TARBALL = "rke2-%s.tar.gz" % RKE2_TAG
+# Part of the cache key of a built rke2: bump it when build.sh rke2's flags change.
+RKE2_RECIPE = 2
+# What a tree must hold to be rke2's source (its modules come from the Go module proxy).
+RKE2_TREE_MARKERS = ("go.mod", "main.go", "pkg/cli/cmds", "scripts/build-binary")
 ARGOCD_CRDS_DIR = "argo-cd-v3.5.1-crds"
 ARGOCD_CRD_FILES = ("application-crd.yaml", "appproject-crd.yaml")
 
@@ -92,7 +98,7 @@ class OperatorSource(object):
 
 
 def _is_operator_tree(path):
-    return all(os.path.exists(os.path.join(path, marker)) for marker in OPERATOR_TREE_MARKERS)
+    return _is_tree(path, OPERATOR_TREE_MARKERS)
 
 
 def _sha256(path):
@@ -103,12 +109,23 @@ def _sha256(path):
     return digest.hexdigest()
 
 
+def _is_tree(path, markers):
+    return all(os.path.exists(os.path.join(path, marker)) for marker in markers)
+
+
 def _unpack(tarball, origin):
-    """Unpacks a ``git archive`` tarball of the tag into the cache (once per sha256)."""
+    """Unpacks a ``git archive`` tarball of the operator's tag into the cache (once per sha256)."""
+    sha, tree = _unpack_tree(tarball, "gpu-operator", OPERATOR_TAG, OPERATOR_TREE_MARKERS)
+    return OperatorSource(tree, "%s (sha256 %s)" % (origin, sha), "%s sha256:%s" % (OPERATOR_TAG, sha))
+
+
+def _unpack_tree(tarball, project, tag, markers):
+    """Unpacks a ``git archive`` tarball of PROJECT at TAG into the cache once per sha256;
+    returns (sha256, tree)."""
     sha = _sha256(tarball)
-    target = os.path.join(cache_root(), "src", "gpu-operator-%s-%s" % (OPERATOR_TAG, sha[:12]))
-    tree = os.path.join(target, "gpu-operator-%s" % OPERATOR_TAG)
-    if not _is_operator_tree(tree):
+    target = os.path.join(cache_root(), "src", "%s-%s-%s" % (project, tag, sha[:12]))
+    tree = os.path.join(target, "%s-%s" % (project, tag))
+    if not _is_tree(tree, markers):
         log("unpacking %s (sha256 %s...) into %s" % (tarball, sha[:12], target))
         shutil.rmtree(target, ignore_errors=True)
         partial = target + ".partial"
@@ -117,15 +134,15 @@ def _unpack(tarball, origin):
         with tarfile.open(tarball) as archive:
             archive.extractall(partial, filter="data")
         tops = os.listdir(partial)
-        if len(tops) != 1 or not _is_operator_tree(os.path.join(partial, tops[0])):
+        if len(tops) != 1 or not _is_tree(os.path.join(partial, tops[0]), markers):
             shutil.rmtree(partial, ignore_errors=True)
-            raise UpstreamMissing("GPU Operator %s source" % OPERATOR_TAG, [
+            raise UpstreamMissing("%s %s source" % (project, tag), [
                 "%s: not a source archive of the tag (expected one top folder with %s)" % (
-                    tarball, ", ".join(OPERATOR_TREE_MARKERS))])
+                    tarball, ", ".join(markers))])
         if tops[0] != os.path.basename(tree):
             os.rename(os.path.join(partial, tops[0]), os.path.join(partial, os.path.basename(tree)))
         os.rename(partial, target)
-    return OperatorSource(tree, "%s (sha256 %s)" % (origin, sha), "%s sha256:%s" % (OPERATOR_TAG, sha))
+    return sha, tree
 
 
 def _clone():
@@ -179,6 +196,70 @@ def resolve_operator_source():
     except RuntimeError as exc:
         tried.append("git clone --depth 1 --branch %s %s: %s" % (OPERATOR_TAG, OPERATOR_GIT, exc))
     raise UpstreamMissing("GPU Operator %s source" % OPERATOR_TAG, tried)
+
+
+def _go_version():
+    return subprocess.run(["go", "env", "GOVERSION"], stdout=subprocess.PIPE, universal_newlines=True,
+                          check=True).stdout.strip()
+
+
+def _run_version(binary):
+    try:
+        proc = subprocess.run([binary, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              universal_newlines=True, timeout=60, check=False)
+    except OSError as exc:
+        return str(exc)
+    return (proc.stdout or "").strip().splitlines()[0] if proc.returncode == 0 and proc.stdout else (
+        "rc %s: %s" % (proc.returncode, (proc.stdout or "").strip()[-200:]))
+
+
+def resolve_rke2_binary(build=None):
+    """The path of a real ``rke2`` binary at the pinned tag, or UpstreamMissing naming what
+    was tried. In order: ``RKE2_BIN`` (an official release binary, used as it is);
+    ``RKE2_SRC`` (a source tree or a ``git archive`` tarball of the tag); the tarball in
+    ``../shared/upstream``. A source is built by ``build(tree, key)`` (tests/lab/build.sh
+    rke2 SRC KEY; a cached build returns at once). Every candidate must say
+    ``rke2 version <tag>``."""
+    tried = []
+    given = os.environ.get("RKE2_BIN")
+    if given:
+        version = _run_version(given) if os.access(given, os.X_OK) else "not an executable file"
+        if version.startswith("rke2 version %s" % RKE2_TAG):
+            return os.path.abspath(given)
+        tried.append("RKE2_BIN=%s: %s (wanted rke2 version %s)" % (given, version, RKE2_TAG))
+    else:
+        tried.append("RKE2_BIN: not set")
+    source = None
+    given = os.environ.get("RKE2_SRC")
+    if given:
+        if os.path.isdir(given) and _is_tree(given, RKE2_TREE_MARKERS):
+            source = (os.path.abspath(given), "%s tree:%s" % (RKE2_TAG, os.path.abspath(given)))
+        elif os.path.isfile(given):
+            sha, tree = _unpack_tree(given, "rke2", RKE2_TAG, RKE2_TREE_MARKERS)
+            source = (tree, "%s sha256:%s" % (RKE2_TAG, sha))
+        else:
+            tried.append("RKE2_SRC=%s: neither an rke2 source tree (needs %s) nor a tarball" % (
+                given, ", ".join(RKE2_TREE_MARKERS)))
+    else:
+        tried.append("RKE2_SRC: not set")
+    shared = os.path.join(SHARED_UPSTREAM, RKE2_TARBALL)
+    if source is None:
+        if os.path.isfile(shared):
+            sha, tree = _unpack_tree(shared, "rke2", RKE2_TAG, RKE2_TREE_MARKERS)
+            source = (tree, "%s sha256:%s" % (RKE2_TAG, sha))
+        else:
+            tried.append("%s: not present" % os.path.relpath(shared, ROOT))
+    if source is None:
+        raise UpstreamMissing("rke2 %s" % RKE2_TAG, tried)
+    tree, pin = source
+    key = hashlib.sha256(("%s %s recipe %d" % (pin, _go_version(), RKE2_RECIPE)).encode()).hexdigest()[:16]
+    binary = os.path.join(cache_root(), "rke2-%s" % key, "rke2")
+    if not os.access(binary, os.X_OK):
+        if build is None:
+            tried.append("%s: not built yet (make lab-build builds it)" % binary)
+            raise UpstreamMissing("rke2 %s" % RKE2_TAG, tried)
+        binary = build(tree, key)
+    return binary
 
 
 def resolve_argocd_crds():

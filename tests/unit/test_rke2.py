@@ -28,10 +28,31 @@ def test_joining_agent_gets_server_token_file_labels_and_taints_in_order():
         system_default_registry="registry.example:5000", profile="cis", extra={"kubelet-arg": ["max-pods=250"]})
     assert config["server"] == SERVER_URL
     assert list(config) == ["node-name", "server", "token-file", "node-ip", "node-label", "node-taint",
-                            "system-default-registry", "profile", "kubelet-arg"]
+                            "profile", "protect-kernel-defaults", "kubelet-arg"]
     assert config["node-label"] == ["gpuplatform.example/rack=r1", "zone=shelf-2"]
     assert config["node-taint"] == ["dedicated=training:NoSchedule", "maintenance:NoExecute"]
     assert "cni" not in config and "tls-san" not in config
+
+
+def test_system_default_registry_goes_to_servers_only():
+    # rke2 agent keeps the flag hidden and ignores it (pkg/cli/cmds/agent.go deprecatedFlags).
+    agent = rke2.build_config("agent", "gpu-1", join_address="192.0.2.11", system_default_registry="registry.example:5000")
+    server = rke2.build_config("server", "cp-1", system_default_registry="registry.example:5000")
+    assert "system-default-registry" not in agent
+    assert server["system-default-registry"] == "registry.example:5000"
+
+
+def test_cis_profile_sets_protect_kernel_defaults_and_refuses_it_false():
+    config = rke2.build_config("server", "cp-1", profile="cis")
+    assert config["profile"] == "cis" and config["protect-kernel-defaults"] is True
+    assert "protect-kernel-defaults" not in rke2.build_config("server", "cp-1", profile="etcd")
+    with pytest.raises(ValueError, match="sets protect-kernel-defaults to False: rke2_profile cis needs it true"):
+        rke2.build_config("server", "cp-1", profile="cis", extra={"protect-kernel-defaults": False})
+
+
+def test_profile_names_what_rke2_accepts():
+    with pytest.raises(ValueError, match=r"rke2_profile 'cis-1.23': RKE2 v1.34.1\+rke2r1 accepts cis or etcd"):
+        rke2.build_config("server", "cp-1", profile="cis-1.23")
 
 
 def test_no_token_value_is_ever_part_of_config():
@@ -67,10 +88,32 @@ def test_bad_input_names_the_key_or_value(kwargs, needle):
         rke2.build_config(node_role, **args)
 
 
-def test_agent_refuses_server_only_extra_keys():
-    for key in ("disable", "etcd-snapshot-schedule-cron"):
-        with pytest.raises(ValueError, match="'%s', which an agent does not accept" % key):
-            rke2.build_config("agent", "gpu-1", join_address="192.0.2.11", extra={key: "x"})
+@pytest.mark.parametrize("key", ["disable", "etcd-snapshot-schedule-cron", "advertise-address", "agent-token",
+                                 "datastore-endpoint", "etcd-expose-metrics", "kube-apiserver-arg+"])
+def test_agent_refuses_server_only_extra_keys(key):
+    flag = key.rstrip("+")
+    with pytest.raises(ValueError, match=r"'%s', a server flag: rke2 agent v1.34.1\+rke2r1 has no --%s" % (
+            key.replace("+", r"\+"), flag)):
+        rke2.build_config("agent", "gpu-1", join_address="192.0.2.11", extra={key: "x"})
+
+
+def test_agent_keeps_the_flags_it_has():
+    config = rke2.build_config("agent", "gpu-1", join_address="192.0.2.11",
+                               extra={"kubelet-arg": ["max-pods=250"], "node-external-ip": "198.51.100.7",
+                                      "protect-kernel-defaults": True})
+    assert config["node-external-ip"] == "198.51.100.7" and config["protect-kernel-defaults"] is True
+
+
+def test_selinux_is_typed():
+    assert rke2.build_config("agent", "gpu-1", join_address="192.0.2.11", selinux=True)["selinux"] is True
+    assert "selinux" not in rke2.build_config("server", "cp-1")
+    with pytest.raises(ValueError, match="rke2_config_extra sets 'selinux'"):
+        rke2.build_config("server", "cp-1", extra={"selinux": True})
+    with pytest.raises(ValueError, match="rke2_selinux 'yes' must be true or false"):
+        rke2.build_config("server", "cp-1", selinux="yes")
+
+
+def test_a_server_keeps_its_server_flags():
     assert rke2.build_config("server", "cp-1", extra={"disable": ["rke2-ingress-nginx"]})["disable"] == ["rke2-ingress-nginx"]
 
 
@@ -207,6 +250,38 @@ def test_node_state(node, kubelet_version, ready, needle):
     assert state[0] is ready and needle in state[1], state
 
 
+_NO_CNI = ("container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady "
+           "message:Network plugin returns error: cni plugin not initialized")
+
+
+@pytest.mark.parametrize("node,ready,needle", [
+    # What a node of a cni: none cluster reports: the kubelet runs, only the network plugin is missing.
+    (_node("n", "False", reason="KubeletNotReady", message=_NO_CNI), True, "up, waiting for the site's CNI"),
+    # Any other error as well: not up ("[a, b]" is how the kubelet joins several).
+    (_node("n", "False", reason="KubeletNotReady", message="[container runtime is down, %s]" % _NO_CNI), False,
+     "Ready=False (KubeletNotReady: [container runtime is down"),
+    (_node("n", "False", reason="KubeletNotReady", message="PLEG is not healthy"), False, "Ready=False"),
+    (_node("n", "False", version="v1.33.5+rke2r1", reason="KubeletNotReady", message=_NO_CNI), False,
+     "waiting for a CNI, and its kubelet is v1.33.5+rke2r1, not v1.34.1+rke2r1"),
+    (_node("n"), True, "Ready (kubelet v1.34.1+rke2r1)"),
+    (None, False, "not registered"),
+])
+def test_a_node_without_cni_is_up_when_the_network_plugin_is_all_it_lacks(node, ready, needle):
+    state = rke2.node_state(node, "v1.34.1+rke2r1", without_cni=True)
+    assert state[0] is ready and needle in state[1], state
+    # Without the option the same node is not ready: the default wait still needs Ready=True.
+    if node is not None and node["status"]["conditions"][-1]["status"] == "False":
+        assert not rke2.node_state(node, "v1.34.1+rke2r1")[0]
+
+
+def test_wait_without_cni_returns_for_a_node_that_lacks_only_the_network_plugin():
+    from ansible_collections.gpuplatform.rke2.plugins.modules import node_ready_wait
+    api = _FakeNodesApi([], [{"type": "ADDED", "object": _node("cp-1", "False", reason="KubeletNotReady",
+                                                               message=_NO_CNI)}])
+    done, states, _result = node_ready_wait.wait(api, ["cp-1"], "v1.34.1+rke2r1", 30, without_cni=True)
+    assert done and states["cp-1"]["state"].startswith("up, waiting for the site's CNI")
+
+
 def test_nodes_ready_and_the_failure_message_name_each_waiting_node():
     done, states = rke2.nodes_ready([_node("cp-1"), _node("gpu-1", "False")], ["cp-1", "gpu-1", "gpu-2"])
     assert not done
@@ -243,6 +318,11 @@ class _FakeNodesApi(object):
     def watch(self, res, resource_version, timeout_seconds, read_timeout):
         self.requests.append(("watch", resource_version))
         events, self.watched = self.watched, []
+        # A later list (the one that confirms a success) answers as the events left it.
+        listed = dict((o["metadata"]["name"], o) for o in self.listed)
+        for event in events:
+            listed[event["object"]["metadata"]["name"]] = event["object"]
+        self.listed = list(listed.values())
         return _Stream(events)
 
 
