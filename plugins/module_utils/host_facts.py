@@ -20,7 +20,14 @@ Sources on a real host (what a fake tree has to hold):
 - nouveau: ``/proc/modules``; ``blacklist nouveau`` / ``install nouveau /bin/false`` in
   ``modprobe.d`` directories; ``modprobe.blacklist=`` on the kernel command line.
 - IOMMU: ``/proc/cmdline`` and the entries of ``/sys/kernel/iommu_groups``.
-- OS and kernel: ``/etc/os-release``, ``/proc/sys/kernel/osrelease``.
+- OS, kernel and CPU architecture: ``/etc/os-release``, ``/proc/sys/kernel/osrelease``,
+  ``/proc/sys/kernel/arch`` (Linux 6.1 and later; else what the caller passes as ``machine``,
+  ``uname -m`` of the host the module runs on).
+- Docker and the NVIDIA Container Toolkit on the host (a DGX OS install has both): their
+  binaries, ``/etc/docker/daemon.json`` (its ``runtimes`` and ``default-runtime``),
+  ``/etc/nvidia-container-runtime/config.toml``, CDI specs in ``/etc/cdi`` and ``/var/run/cdi``;
+  versions from ``/var/lib/dpkg/status``, else ``dockerd --version`` / ``nvidia-ctk --version``.
+  They serve Docker's own containerd, never RKE2's: facts for the report, not for the chart.
 - RKE2: ``/etc/rancher/rke2/config.yaml`` and ``config.yaml.d/*.yaml`` (``profile``,
   ``data-dir``, ``pod-security-admission-config-file``); the version from the
   ``<data-dir>/bin`` link, which RKE2 points at ``<data-dir>/data/<runtime tag>-<hash>/bin``
@@ -33,6 +40,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import os
 import re
 
@@ -69,7 +77,20 @@ KNOWN_GPUS = {
     "2335": ("GH100 [H200 SXM 141GB]", "H200"),
     "233b": ("GH100 [H200 NVL]", "H200"),
     "26b9": ("AD102GL [L40S]", "L40S"),
+    # DGX Spark: the GPU of the GB10 Grace Blackwell superchip (pci.ids since 2025-10-31).
+    "2e12": ("GB20B [GB10]", "GB10"),
 }
+# What a card cannot do whatever the site asks: {device id: {"mig": False, workload config: False,
+# "why": the reason}}. GB10 is the integrated GPU of a Grace SoC; it shares the CPU's LPDDR5X over
+# NVLink-C2C (nvidia-smi: "Memory-Usage: Not Supported"), has no SR-IOV (no vGPU), no MIG, and is not
+# a discrete card the host can hand to a VM through vfio-pci.
+PLATFORM_LIMITS = {
+    "2e12": {"mig": False, "vm-passthrough": False, "vm-vgpu": False,
+             "why": "GB10 is the integrated GPU of a Grace Blackwell SoC sharing the CPU's memory (DGX Spark): "
+                    "no MIG, no SR-IOV for vGPU, no discrete device to pass to a VM"},
+}
+# ``uname -m`` -> the name Kubernetes (kubernetes.io/arch), RKE2's artifacts and image indexes use.
+KUBERNETES_ARCHITECTURES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
 
 # The chip code that opens every NVIDIA pci.ids name says the architecture.
 ARCHITECTURES = (
@@ -93,6 +114,15 @@ MODPROBE_DIRS = ("/etc/modprobe.d", "/run/modprobe.d", "/usr/local/lib/modprobe.
                  "/lib/modprobe.d")
 MODULE_DIRS = ("/lib/modules", "/usr/lib/modules")
 NVIDIA_MODULE_FILES = ("nvidia.ko", "nvidia.ko.xz", "nvidia.ko.zst", "nvidia.ko.gz")
+# Debian packages whose versions the facts report (``/var/lib/dpkg/status``).
+DOCKER_PACKAGES = ("docker-ce", "docker.io", "moby-engine")
+TOOLKIT_PACKAGES = ("nvidia-container-toolkit",)
+DOCKER_BINARIES = ("/usr/bin/dockerd", "/usr/local/bin/dockerd", "/usr/sbin/dockerd")
+DOCKER_DAEMON_JSON = "/etc/docker/daemon.json"
+TOOLKIT_BINARIES = ("/usr/bin/nvidia-ctk", "/usr/local/bin/nvidia-ctk")
+TOOLKIT_RUNTIMES = ("/usr/bin/nvidia-container-runtime", "/usr/local/bin/nvidia-container-runtime")
+TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
+CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 # The GPU Operator's driver container marks its own driver here (state-driver DaemonSet).
 OPERATOR_DRIVER_MARKERS = ("/run/nvidia/validations/.driver-ctr-ready", "/run/nvidia/driver/usr/src")
 
@@ -103,6 +133,10 @@ RKE2_BINARIES = ("/usr/local/bin/rke2", "/usr/bin/rke2", "/opt/rke2/bin/rke2")
 RKE2_DEFAULT_PSA_FILE = "/etc/rancher/rke2/rke2-pss.yaml"
 
 _NVIDIA_VERSION_RE = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+(?:\.\d+)+)")
+# "NVIDIA UNIX Open Kernel Module for aarch64  580.142" (open) or "NVIDIA UNIX x86_64 Kernel Module
+# 550.54.15" (proprietary): the first line of /proc/driver/nvidia/version says which was loaded.
+_OPEN_MODULE_RE = re.compile(r"\bOpen Kernel Module\b")
+_DOCKER_VERSION_RE = re.compile(r"version\s+v?(\d+\.\d+\.\d+[^\s,]*)", re.I)
 _RUNTIME_TAG_RE = re.compile(r"^(v\d+\.\d+\.\d+)-(rke2r\d+)-[0-9a-f]{12}$")
 _CONTAINERD_LOG_RE = re.compile(r'msg="starting containerd".*?\bversion="?(v?\d+\.\d+\.\d+[^\s"]*)')
 _CONTAINERD_VERSION_RE = re.compile(r"\s(v?\d+\.\d+\.\d+\S*)")
@@ -207,6 +241,45 @@ def parse_cmdline(text):
 def parse_nvidia_version(text):
     """The driver version from ``/proc/driver/nvidia/version`` (proprietary or open module)."""
     match = _NVIDIA_VERSION_RE.search(text or "")
+    return match.group(1) if match else None
+
+
+def parse_nvidia_kernel_modules(text):
+    """``open`` or ``proprietary``: which kernel modules /proc/driver/nvidia/version says are
+    loaded (Blackwell cards, GB10 included, run only the open ones); None without the file."""
+    if not parse_nvidia_version(text):
+        return None
+    return "open" if _OPEN_MODULE_RE.search(text) else "proprietary"
+
+
+def kubernetes_architecture(machine):
+    """``aarch64`` -> ``arm64``, ``x86_64`` -> ``amd64`` (kubernetes.io/arch); None when unknown."""
+    return KUBERNETES_ARCHITECTURES.get((machine or "").strip().lower())
+
+
+def parse_dpkg_status(text, names):
+    """{package: version} of the ``names`` dpkg says are installed (``/var/lib/dpkg/status``)."""
+    found = {}
+    for stanza in (text or "").split("\n\n"):
+        fields = {}
+        for line in stanza.splitlines():
+            key, sep, value = line.partition(":")
+            if sep and not line.startswith((" ", "\t")):
+                fields[key.strip()] = value.strip()
+        if fields.get("Package") in names and fields.get("Status", "").endswith(" installed") and fields.get("Version"):
+            found[fields["Package"]] = fields["Version"]
+    return found
+
+
+def upstream_version(package_version):
+    """A Debian package version without epoch and revision: ``5:29.2.1-1~ubuntu.24.04~noble`` -> ``29.2.1``."""
+    version = (package_version or "").split(":", 1)[-1]
+    return version.rsplit("-", 1)[0] if "-" in version else version or None
+
+
+def parse_tool_version(output):
+    """``Docker version 29.2.1, build 1234567`` / ``NVIDIA Container Toolkit CLI version 1.19.0`` -> the version."""
+    match = _DOCKER_VERSION_RE.search(output or "")
     return match.group(1) if match else None
 
 
@@ -358,7 +431,7 @@ def pci_names(reader):
     return {}, None
 
 
-def host_driver(reader, kernel_release, modules):
+def host_driver(reader, kernel_release, modules, packages=None):
     version_text = reader.read("/proc/driver/nvidia/version")
     operator_managed = any(reader.exists(p) for p in OPERATOR_DRIVER_MARKERS)
     loaded = version_text is not None or "nvidia" in modules
@@ -367,6 +440,10 @@ def host_driver(reader, kernel_release, modules):
     return {
         "loaded": loaded,
         "version": parse_nvidia_version(version_text),
+        "kernel_modules": parse_nvidia_kernel_modules(version_text),
+        # nvidia-driver-580-open and friends: the package a distribution (DGX OS) installed it from.
+        "packages": dict((name, version) for name, version in sorted((packages or {}).items())
+                         if name.startswith("nvidia-driver-")),
         "kernel_module": kernel_module,
         "libnvidia_ml": _first_existing(reader, [d + "/libnvidia-ml.so.1" for d in LIB_DIRS]),
         "nvidia_smi": _first_existing(reader, [d + "/nvidia-smi" for d in BIN_DIRS]),
@@ -414,6 +491,82 @@ def iommu(reader, cmdline):
         "enabled": groups > 0,
         "groups": groups,
         "cmdline": dict((key, cmdline[key]) for key in ("intel_iommu", "amd_iommu", "iommu") if key in cmdline),
+    }
+
+
+def architecture(reader, machine=None):
+    """The CPU architecture: ``/proc/sys/kernel/arch`` (Linux 6.1+), else ``machine``
+    (the caller's ``uname -m``, only meaningful when root is the running host)."""
+    value, source = (reader.read("/proc/sys/kernel/arch") or "").strip(), "/proc/sys/kernel/arch"
+    if not value and machine:
+        value, source = machine.strip(), "uname -m"
+    return {"machine": value or None, "kubernetes": kubernetes_architecture(value),
+            "source": source if value else None}
+
+
+def _dpkg_packages(reader):
+    names = DOCKER_PACKAGES + TOOLKIT_PACKAGES
+    text = reader.read("/var/lib/dpkg/status")
+    found = parse_dpkg_status(text, names)
+    # Driver packages are many (nvidia-driver-580-open, -server, ...): take every installed one.
+    for stanza in (text or "").split("\n\n"):
+        name = next((line.split(":", 1)[1].strip() for line in stanza.splitlines() if line.startswith("Package:")), "")
+        if name.startswith("nvidia-driver-"):
+            found.update(parse_dpkg_status(stanza, (name,)))
+    return found
+
+
+def _versioned(reader, packages, names, binary, run):
+    """(version, source): the first installed package of ``names``, else ``binary --version``."""
+    for name in names:
+        if packages.get(name):
+            return upstream_version(packages[name]), "/var/lib/dpkg/status (%s %s)" % (name, packages[name])
+    if binary and run is not None:
+        version = parse_tool_version(_run(reader, run, [reader.path(binary), "--version"]))
+        if version:
+            return version, "%s --version" % binary
+    return None, None
+
+
+def docker(reader, packages, run=None):
+    """Docker on the host and the runtimes its daemon.json gives it. Docker runs its own
+    containerd; RKE2's kubelet never talks to it."""
+    binary = _first_existing(reader, DOCKER_BINARIES)
+    version, source = _versioned(reader, packages, DOCKER_PACKAGES, binary, run)
+    text = reader.read(DOCKER_DAEMON_JSON)
+    daemon = {}
+    if text is not None:
+        try:
+            daemon = json.loads(text or "{}")
+        except ValueError as exc:
+            reader.errors.append({"path": DOCKER_DAEMON_JSON, "error": "not JSON: %s" % exc})
+    daemon = daemon if isinstance(daemon, dict) else {}
+    return {
+        "installed": bool(binary or version),
+        "binary": binary,
+        "version": version,
+        "version_source": source,
+        "daemon_json": DOCKER_DAEMON_JSON if text is not None else None,
+        "runtimes": sorted(daemon.get("runtimes") or {}) if isinstance(daemon.get("runtimes"), dict) else [],
+        "default_runtime": daemon.get("default-runtime"),
+    }
+
+
+def container_toolkit(reader, packages, run=None):
+    """The NVIDIA Container Toolkit installed on the host (nvidia-ctk, the runtime, its
+    config, the CDI specs it generated)."""
+    binary = _first_existing(reader, TOOLKIT_BINARIES)
+    runtime = _first_existing(reader, TOOLKIT_RUNTIMES)
+    version, source = _versioned(reader, packages, TOOLKIT_PACKAGES, binary, run)
+    cdi = ["%s/%s" % (d, n) for d in CDI_DIRS for n in reader.listdir(d) if n.endswith((".yaml", ".yml", ".json"))]
+    return {
+        "installed": bool(binary or runtime or version),
+        "nvidia_ctk": binary,
+        "runtime": runtime,
+        "version": version,
+        "version_source": source,
+        "config": TOOLKIT_CONFIG if reader.exists(TOOLKIT_CONFIG) else None,
+        "cdi_specs": cdi,
     }
 
 
@@ -504,11 +657,12 @@ def containerd(reader, data_dir, bin_target, run=None):
     return {"version": None, "source": None}
 
 
-def gather(root="/", run=None):
+def gather(root="/", run=None, machine=None):
     """All host facts as one plain dict (the ``gpu_host`` fact).
 
     ``run(argv) -> (rc, stdout, stderr)`` runs a binary for the versions no file records;
-    None runs nothing."""
+    None runs nothing. ``machine``: ``uname -m`` of the running host, for kernels without
+    /proc/sys/kernel/arch (pass it only when ``root`` is that host)."""
     reader = FactReader(root)
     kernel_release = (reader.read("/proc/sys/kernel/osrelease") or "").strip() or None
     cmdline_text = (reader.read("/proc/cmdline") or "").strip()
@@ -518,11 +672,12 @@ def gather(root="/", run=None):
     found = gpus(reader, names)
     os_release = parse_os_release(reader.read("/etc/os-release"))
     rke2_facts, data_dir, bin_target = rke2(reader, run)
+    packages = _dpkg_packages(reader)
     return {
         "schema": SCHEMA_VERSION,
         "root": reader.root,
         "hardware": {"gpus": found, "count": len(found), "pci_ids": names_file},
-        "host_driver": host_driver(reader, kernel_release, modules),
+        "host_driver": host_driver(reader, kernel_release, modules, packages),
         "nouveau": nouveau(reader, modules, cmdline),
         "iommu": iommu(reader, cmdline),
         "sriov": {
@@ -535,6 +690,9 @@ def gather(root="/", run=None):
             "pretty_name": os_release.get("PRETTY_NAME"),
         },
         "kernel": {"release": kernel_release, "cmdline": cmdline_text},
+        "architecture": architecture(reader, machine),
+        "docker": docker(reader, packages, run),
+        "container_toolkit": container_toolkit(reader, packages, run),
         "rke2": rke2_facts,
         "containerd": containerd(reader, data_dir, bin_target, run),
         "errors": reader.errors,

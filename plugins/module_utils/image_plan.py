@@ -13,6 +13,12 @@ node's OS in the tag (``<version>-<os>``), precompiled drivers the kernel too
 (``<branch>-<kernel>-<os>``). Mirror references keep the source path under the mirror
 (``nvcr.io/nvidia/driver:580`` -> ``<mirror>/nvidia/driver:580``), which is what a
 containerd mirror entry for the source registry in RKE2's ``registries.yaml`` resolves to.
+
+Each image also carries the architectures its pods need (``linux/amd64``, ``linux/arm64``): the
+operator's DaemonSets select no architecture and its images are multi-arch indexes, so an operand
+image must hold every architecture of the nodes that operand runs on, and the operator's and
+NFD's images every architecture of the cluster. A node that does not declare one (``arch``,
+the inventory's ``rke2_arch``) counts as amd64.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -50,6 +56,8 @@ NFD_DEFAULT_REPOSITORY = "registry.k8s.io/nfd/node-feature-discovery"
 NFD_CHART_VERSIONS = {"v26.3.2": "0.18.3"}
 
 _SHA = "sha256:"
+# A node that does not say (inventories written before per-host architectures) is amd64.
+DEFAULT_ARCH = "amd64"
 _MIRROR = re.compile(r"^[A-Za-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)*$")
 
 
@@ -218,12 +226,30 @@ def workload_configs_present(node_configs, sandbox):
     return configs & set(om.WORKLOAD_CONFIGS)
 
 
-def _os_targets(nodes, node_configs, configs, os_tags, kernels):
-    """(os tags, [(kernel, os)]) of the nodes whose effective config is in ``configs``;
-    the site-wide lists apply to every node that does not say."""
+def _runs(node, node_configs, configs, operand_name):
+    """The node runs ``operand_name``: its effective config has it and the node does not switch
+    it off (``operands_disabled``, nvidia.com/gpu.deploy.<operand>=false)."""
+    return node_configs.get(node["name"]) in configs and operand_name not in (node.get("operands_disabled") or ())
+
+
+def _architectures(nodes, node_configs, configs, operand_name, fallback):
+    """The architectures of the nodes that run ``operand_name``; ``fallback`` when no node is known."""
+    found = set((node.get("arch") or DEFAULT_ARCH) for node in nodes or () if _runs(node, node_configs, configs,
+                                                                                    operand_name))
+    return found if nodes else set(fallback)
+
+
+def platforms(architectures):
+    """``{"arm64", "amd64"}`` -> ``["linux/amd64", "linux/arm64"]``."""
+    return ["linux/%s" % arch for arch in sorted(architectures)]
+
+
+def _os_targets(nodes, node_configs, configs, os_tags, kernels, operand_name=None):
+    """(os tags, [(kernel, os)]) of the nodes whose effective config is in ``configs`` and that
+    run ``operand_name``; the site-wide lists apply to every node that does not say."""
     tags, pairs = [], []
     for node in nodes or ():
-        if node_configs.get(node["name"]) not in configs or not node.get("os_tag"):
+        if not _runs(node, node_configs, configs, operand_name) or not node.get("os_tag"):
             continue
         if node["os_tag"] not in tags:
             tags.append(node["os_tag"])
@@ -238,9 +264,15 @@ def _os_targets(nodes, node_configs, configs, os_tags, kernels):
     return tags, pairs
 
 
-def plan_images(effective, chart_version, nodes=(), os_tags=(), kernels=(), nfd_version=None):
+def plan_images(effective, chart_version, nodes=(), os_tags=(), kernels=(), nfd_version=None,
+                cluster_architectures=()):
     """(images, problems): the images the operator will run for these values and nodes,
-    in controller order, each once: [{source, components, values_keys}].
+    in controller order, each once: [{source, components, values_keys, platforms}].
+
+    ``platforms``: what the mirrored index must hold: the architectures (``nodes[].arch``) of the
+    nodes each operand runs on (a node switching it off with ``operands_disabled`` does not count),
+    and for the operator and NFD, whose pods may run anywhere, every architecture of the cluster
+    (``cluster_architectures`` and the GPU nodes').
 
     Only what the values enable on the workload configs the inventory has: container
     operands when a node is (effectively) container, the sandbox operands of the vm-*
@@ -251,6 +283,9 @@ def plan_images(effective, chart_version, nodes=(), os_tags=(), kernels=(), nfd_
     is configured, is not known before the nodes run."""
     images, problems = [], []
     index = {}
+    everywhere = set(cluster_architectures or ()) | set((n.get("arch") or DEFAULT_ARCH) for n in nodes or ())
+    everywhere = everywhere or {DEFAULT_ARCH}
+    arches = {"now": everywhere}
 
     def add(component, values_key, ref):
         if ref in index:
@@ -259,11 +294,14 @@ def plan_images(effective, chart_version, nodes=(), os_tags=(), kernels=(), nfd_
                 entry["components"].append(component)
             if values_key not in entry["values_keys"]:
                 entry["values_keys"].append(values_key)
+            entry["platforms"] = platforms(set(p.split("/", 1)[1] for p in entry["platforms"]) | arches["now"])
             return
         index[ref] = len(images)
-        images.append({"source": ref, "components": [component], "values_keys": [values_key]})
+        images.append({"source": ref, "components": [component], "values_keys": [values_key],
+                       "platforms": platforms(arches["now"])})
 
-    def add_block(component, path, os_list=None, pairs=None):
+    def add_block(component, path, os_list=None, pairs=None, tag_arches=None):
+        """``tag_arches``: {os tag: architectures of the nodes with that OS}, for images tagged per OS."""
         block = lookup(effective, path)
         if not isinstance(block, dict):
             problems.append("%s: %s is enabled but the values have no %s block" % (path, component, path))
@@ -272,25 +310,29 @@ def plan_images(effective, chart_version, nodes=(), os_tags=(), kernels=(), nfd_
         digest_or_full = str(block.get("version") or "").startswith(_SHA) or (
             not block.get("repository") and not block.get("version"))
         if os_list is None or digest_or_full:
-            refs = [block_reference(block, app_version)]
+            refs = [(block_reference(block, app_version), None)]
         elif pairs is not None:
-            refs = [block_reference(block, os_tag=os_tag, kernel=kernel) for kernel, os_tag in pairs]
+            refs = [(block_reference(block, os_tag=os_tag, kernel=kernel), os_tag) for kernel, os_tag in pairs]
             if not pairs:
                 problems.append("driver_kernels: %s uses precompiled images, tagged <branch>-<kernel>-<os>; give the GPU "
                                 "nodes' kernels (gpu_kernel_version on each host or driver_kernels)" % path)
         else:
-            refs = [block_reference(block, os_tag=os_tag) for os_tag in os_list]
+            refs = [(block_reference(block, os_tag=os_tag), os_tag) for os_tag in os_list]
             if not os_list:
                 problems.append("driver_os_tags: the %s image is tagged per OS (<version>-<os>, for example "
                                 "ubuntu22.04); give the GPU nodes' OS (gpu_os_tag on each host or driver_os_tags)"
                                 % path)
-        for ref in refs:
+        operand_arches = arches["now"]
+        for ref, os_tag in refs:
             if ref is None:
                 missing = [path + "." + key for key in ("repository", "image", "version") if not block.get(key)]
                 problems.append("%s: %s is enabled but its image is incomplete: set %s"
                                 % (path, component, ", ".join(missing)))
             else:
+                # An OS tag's image runs on the nodes of that OS; a site-wide tag on any of the operand's.
+                arches["now"] = (tag_arches or {}).get(os_tag) or operand_arches
                 add(component, path, ref)
+        arches["now"] = operand_arches
 
     add_block("operator", "operator")
     if lookup(effective, "nfd.enabled", True):
@@ -300,7 +342,9 @@ def plan_images(effective, chart_version, nodes=(), os_tags=(), kernels=(), nfd_
         else:
             add("node-feature-discovery", NFD_VALUES_KEY, ref)
 
-    sandbox = lookup(effective, "sandboxWorkloads") or {}
+    sandbox = lookup(effective, "sandboxWorkloads")
+    # Not a map: values_problems refuses it (the chart expects a map); the plan reads none.
+    sandbox = sandbox if isinstance(sandbox, dict) else {}
     sandbox = {"enabled": sandbox.get("enabled"), "default_workload": sandbox.get("defaultWorkload"),
                "mode": sandbox.get("mode")}
     node_configs = node_workload_configs(nodes or (), sandbox)
@@ -314,15 +358,22 @@ def plan_images(effective, chart_version, nodes=(), os_tags=(), kernels=(), nfd_
         present = set(o for o in configs if operand in om.operands_for_workload(o, mode))
         if not present or not policy["operands_enabled"].get(operand.name):
             continue
+        arches["now"] = _architectures(nodes, node_configs, present, operand.name, everywhere)
+        if not arches["now"]:
+            continue  # every node of its configs switches it off
         key = operand.values_key
         if key in PER_OS_BLOCKS:
-            tags, pairs = _os_targets(nodes, node_configs, present, os_tags, kernels)
+            tags, pairs = _os_targets(nodes, node_configs, present, os_tags, kernels, operand.name)
+            by_tag = {}
+            for node in nodes or ():
+                if _runs(node, node_configs, present, operand.name) and node.get("os_tag"):
+                    by_tag.setdefault(node["os_tag"], set()).add(node.get("arch") or DEFAULT_ARCH)
             precompiled = key == "driver" and lookup(effective, "driver.usePrecompiled")
-            add_block(operand.name, key, os_list=tags, pairs=pairs if precompiled else None)
+            add_block(operand.name, key, os_list=tags, pairs=pairs if precompiled else None, tag_arches=by_tag)
             if key == "driver":
                 for sidecar in DRIVER_SIDECARS:
                     if lookup(effective, sidecar + ".enabled"):
-                        add_block(sidecar, sidecar, os_list=tags)
+                        add_block(sidecar, sidecar, os_list=tags, tag_arches=by_tag)
         else:
             add_block(operand.name, key)
         for companion in COMPANION_BLOCKS.get(key, ()):
@@ -358,7 +409,12 @@ def images_txt(sections, mirror=None, header=None):
             text = entry["source"]
             if mirror:
                 text += " -> " + mirror_reference(entry["source"], mirror)
+            notes = []
             if entry.get("components"):
-                text += "  # " + ", ".join(entry["components"])
+                notes.append(", ".join(entry["components"]))
+            if entry.get("platforms"):
+                notes.append("[%s]" % ", ".join(entry["platforms"]))
+            if notes:
+                text += "  # " + " ".join(notes)
             lines.append(text)
     return "\n".join(lines).lstrip("\n") + "\n"

@@ -46,6 +46,10 @@ MIG_CONFIG_DISABLED = "all-disabled"
 # A vGPU host: hasMIGCapableGPU says no whatever the card (state_manager.go).
 VGPU_HOST_DRIVER_LABEL = "nvidia.com/vgpu.host-driver-version"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+# Set by GFD from NVML (k8s-device-plugin internal/lm/nvml.go): the driver loaded on the node.
+DRIVER_VERSION_LABEL = "nvidia.com/cuda.driver-version.full"
+# The kubelet's: the node's CPU architecture as Kubernetes names it (amd64, arm64).
+ARCH_LABEL = "kubernetes.io/arch"
 # Products hasMIGCapableGPU takes for MIG-capable when mig.capable is not on the node.
 MIG_CAPABLE_PRODUCTS = ("h100", "a100", "a30")
 # Set by GFD when the device plugin shares GPUs through MPS; the MPS control daemon selects it.

@@ -15,7 +15,9 @@ __metaclass__ = type
 import json
 import re
 
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import k8s_objects as ko
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
+from ansible_collections.gpuplatform.rke2.plugins.module_utils.host_facts import PLATFORM_LIMITS
 from ansible_collections.gpuplatform.rke2.plugins.module_utils.host_facts import SRIOV_VGPU_ARCHITECTURES
 from ansible_collections.gpuplatform.rke2.plugins.module_utils.operator_values import parse_rke2_version
 from ansible_collections.gpuplatform.rke2.plugins.module_utils.operator_values import rke2_has_containerd_21
@@ -27,12 +29,15 @@ except ImportError:  # JSON is YAML too; the controller normally has PyYAML.
 
 ERROR = "error"
 WARNING = "warning"
+# What the operator should know and nothing needs fixing: Docker on a GPU host, say.
+INFO = "info"
 
 # The chart decisions the preflight reads, keyed as the gpu_operator role names its variables
 # (without the ``gpu_operator_`` prefix), with the chart's defaults (chart v26.3.2).
 # The inventory variables (the gpu_operator role's) each chart decision comes from, for messages.
 DECISION_VARIABLES = {
     "driver_enabled": "gpu_operator_driver_enabled",
+    "toolkit_enabled": "gpu_operator_toolkit_enabled",
     "sandbox_workloads_enabled": "gpu_operator_sandbox_workloads.enabled",
     "cdi_nri_plugin_enabled": "gpu_operator_nri_plugin_enabled",
     "psa_enabled": "gpu_operator_extra_values.psa.enabled",
@@ -40,11 +45,26 @@ DECISION_VARIABLES = {
 }
 CHART_DEFAULTS = {
     "driver_enabled": om.CHART_DEFAULTS["driver_enabled"],
+    "toolkit_enabled": om.CHART_DEFAULTS["toolkit_enabled"],
     "sandbox_workloads_enabled": om.CHART_DEFAULTS["sandbox_workloads_enabled"],
     "cdi_nri_plugin_enabled": False,
     "psa_enabled": False,
     "namespace": om.DEFAULT_NAMESPACE,
 }
+
+# RKE2's own containerd, the one the kubelet uses; Docker's (/run/containerd) is another daemon.
+RKE2_CONTAINERD_SOCKET = "/run/k3s/containerd/containerd.sock"
+# Per-node MIG requests a card that cannot do MIG must not carry (GPU Operator labels).
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+MIG_CAPABLE_LABEL = "nvidia.com/mig.capable"
+MIG_DISABLED = "all-disabled"
+# k8s-driver-manager v0.11.0 (the driver DaemonSet's init container): where `chroot /host nvidia-smi`
+# prints a driver version it labels the node nvidia.com/gpu.deploy.driver=pre-installed, waits 60 s
+# and exits non-zero; the node then no longer matches the driver DaemonSet and its pod goes away.
+DRIVER_MANAGER_ON_HOST_DRIVER = (
+    "without that label the driver DaemonSet's pod would land there and its k8s-driver-manager init container "
+    "(v0.11.0), finding the host's nvidia-smi working, would label the node nvidia.com/gpu.deploy.driver="
+    "pre-installed, wait 60 s and fail, after which the pod leaves the node; the operator keeps that value")
 
 # NRI needs containerd 2.1 on RKE2 (operator_values.RKE2_CONTAINERD_21 lists the releases).
 NRI_MIN_CONTAINERD = (2, 1)
@@ -68,6 +88,40 @@ _FALSE_STRINGS = ("false", "no", "off", "0")
 
 class PreflightInputError(ValueError):
     """Input the preflight cannot read; the message names the key and value."""
+
+
+# What the preflight reads of a host's gpu_host fact (host_facts.gather): each field absent,
+# null or of this shape. gather() always writes these; a fact cached from another version or
+# edited by hand is refused naming the host and the field rather than misread.
+_S, _B, _I = ko.STRING, ko.BOOLEAN, ko.INTEGER
+FACT_SHAPE = ko.mapping({
+    "hardware": ko.mapping({"gpus": ko.list_of(ko.mapping({
+        "address": _S, "vendor_id": _S, "device_id": _S, "name": _S, "model": _S, "architecture": _S,
+        "sriov": ko.mapping({"capable": _B, "total_vfs": _I, "num_vfs": _I})},
+        required=("address", "vendor_id", "device_id")))}),
+    "host_driver": ko.mapping({"loaded": _B, "preinstalled": _B, "operator_managed": _B, "version": _S,
+                               "kernel_modules": _S, "kernel_module": _S, "libnvidia_ml": _S, "nvidia_smi": _S}),
+    "nouveau": ko.mapping({"loaded": _B, "blacklisted": _B, "blacklist_sources": ko.list_of(_S)}),
+    "iommu": ko.mapping({"enabled": _B, "cmdline": ko.STRING_MAP}),
+    "architecture": ko.mapping({"machine": _S, "kubernetes": _S}),
+    "docker": ko.mapping({"installed": _B, "version": _S, "daemon_json": _S, "runtimes": ko.list_of(_S),
+                          "default_runtime": _S}),
+    "container_toolkit": ko.mapping({"installed": _B, "version": _S, "runtime": _S, "nvidia_ctk": _S}),
+    "rke2": ko.mapping({"version": _S, "profile": _S, "pod_security": ko.mapping({
+        "default_enforce": _S, "exempt_namespaces": ko.list_of(_S)})}),
+    "containerd": ko.mapping({"version": _S}),
+})
+
+
+def read_facts(name, facts):
+    """``facts`` (a host's gpu_host fact) when the preflight can read it, else
+    PreflightInputError ``host gpu-1: facts.hardware.gpus[0] is a string, expected a mapping``."""
+    if facts is not None:
+        try:
+            ko.check_shape(FACT_SHAPE, facts, "facts")
+        except ko.MalformedObject as exc:
+            raise PreflightInputError("host %s: %s" % (name, exc))
+    return facts
 
 
 def finding(host, fact, severity, message):
@@ -136,8 +190,15 @@ def _declared(name, host, findings):
     except PreflightInputError as exc:
         findings.append(finding(name, "gpu_node_isolated", ERROR, str(exc)))
         isolated = False
+    labels = host.get("node_labels") or {}
+    if not isinstance(labels, dict):
+        findings.append(finding(name, "rke2_node_labels", ERROR, "rke2_node_labels must be a mapping of label to "
+                                "value, got %r" % (labels,)))
+        labels = {}
     return {
         "workload_config": config,
+        "arch": host.get("arch"),
+        "node_labels": dict((str(k), str(v)) for k, v in labels.items()),
         "gpu_model": host.get("gpu_model"),
         "gpu_pci_device_name": host.get("gpu_pci_device_name"),
         "gpu_count": count,
@@ -235,6 +296,107 @@ def _hardware_findings(name, declared, facts, chart, findings):
                                     "needs SR-IOV: unknown architecture (no pci.ids name)" % ", ".join(unknown)))
 
 
+def _platform_findings(name, declared, config, facts, findings):
+    """What the card cannot do whatever the inventory says (PLATFORM_LIMITS: GB10 has no MIG, no
+    vGPU, no VM passthrough), and the architecture the inventory declares against the host's."""
+    for device_id in sorted(set(g["device_id"] for g in _gpus(facts) if g.get("device_id") in PLATFORM_LIMITS)):
+        limits = PLATFORM_LIMITS[device_id]
+        model = next(g.get("model") or g.get("name") or device_id for g in _gpus(facts) if g["device_id"] == device_id)
+        if config in limits and limits[config] is False:
+            findings.append(finding(name, "hardware.gpus.capabilities", ERROR, "%s is declared %s but its %s "
+                                    "(10de:%s) cannot run it: %s. The GPU Operator supports it as a container node "
+                                    "only: set gpu_workload_config: container (site file: gpu.workload_config)"
+                                    % (name, config, model, device_id, limits["why"])))
+        labels = declared["node_labels"]
+        asked = [(k, labels[k]) for k in (MIG_CONFIG_LABEL, MIG_CAPABLE_LABEL) if k in labels
+                 and labels[k] not in (MIG_DISABLED, "false")]
+        if limits.get("mig") is False and asked:
+            findings.append(finding(name, "hardware.gpus.mig", ERROR, "%s asks for MIG (%s) but its %s (10de:%s) "
+                                    "has no MIG: %s. Remove the label from the host's labels (rke2_node_labels)"
+                                    % (name, ", ".join("%s=%s" % kv for kv in asked), model, device_id,
+                                       limits["why"])))
+    have = ((facts or {}).get("architecture") or {}).get("kubernetes")
+    wanted = declared.get("arch")
+    if wanted and have and wanted != have:
+        findings.append(finding(name, "architecture.kubernetes", ERROR, "the inventory declares rke2_arch %s but "
+                                "the host is %s (%s): RKE2's artifacts and every image must be %s ones; fix the "
+                                "site file's arch for this host" % (wanted, have, facts["architecture"].get("machine"),
+                                                                    have)))
+
+
+def _host_runtime_findings(name, facts, chart, findings):
+    """Docker and the NVIDIA Container Toolkit already on the host (DGX OS): they are Docker's,
+    and Kubernetes does not use them."""
+    docker = (facts or {}).get("docker") or {}
+    toolkit = (facts or {}).get("container_toolkit") or {}
+    if docker.get("installed") or toolkit.get("installed"):
+        parts = []
+        if docker.get("installed"):
+            runtime = (" (runtimes %s, default %s, %s)" % (", ".join(docker.get("runtimes") or ()) or "none",
+                                                           docker.get("default_runtime") or "runc",
+                                                           docker["daemon_json"]) if docker.get("daemon_json") else "")
+            parts.append("Docker %s%s" % (docker.get("version") or "(version unknown)", runtime))
+        if toolkit.get("installed"):
+            parts.append("the NVIDIA Container Toolkit %s" % (toolkit.get("version") or "(version unknown)"))
+        toolkit_note = ("the GPU Operator's container-toolkit (gpu_operator_toolkit_enabled: true) configures RKE2's "
+                        "containerd for the GPUs" if chart["toolkit_enabled"] else
+                        "gpu_operator_toolkit_enabled is false, so RKE2's containerd must already have the NVIDIA "
+                        "runtime: the host toolkit's Docker setup does not give it one")
+        findings.append(finding(name, "docker", INFO, "%s on the host serve Docker and its own containerd only. "
+                                "Kubernetes pods on this node run on RKE2's containerd (%s), which reads neither "
+                                "/etc/docker/daemon.json nor the toolkit's Docker runtime settings; %s. The "
+                                "collection leaves Docker and the host toolkit as they are"
+                                % (" and ".join(parts), RKE2_CONTAINERD_SOCKET, toolkit_note)))
+    if not chart["toolkit_enabled"] and not toolkit.get("runtime"):
+        findings.append(finding(name, "container_toolkit.runtime", ERROR, "gpu_operator_toolkit_enabled is false but "
+                                "the host has no nvidia-container-runtime: nothing would give RKE2's containerd the "
+                                "NVIDIA runtime; leave the toolkit to the operator"))
+
+
+def driver_source(state):
+    """Where a node's driver comes from for the operand state of the driver: the host or the
+    operator's driver container; None where the node runs no driver at all (VM nodes)."""
+    return {"expected": "container", "host": "host"}.get(state)
+
+
+def _runtime_hosts(gpu_nodes):
+    return sorted(n for n, (_d, f) in gpu_nodes.items()
+                  if ((f or {}).get("docker") or {}).get("installed")
+                  or ((f or {}).get("container_toolkit") or {}).get("installed"))
+
+
+def _explain(gpu_nodes, nodes, chart, suggested_off):
+    """Why the chart values and labels fit these hosts, in the report's words."""
+    lines = []
+    with_driver = sorted(n for n, (_d, f) in gpu_nodes.items() if _has_host_driver(f))
+    needing = sorted(n for n, node in nodes.items() if node["driver_source"] == "container")
+
+    def described(name):
+        driver = (gpu_nodes[name][1] or {}).get("host_driver") or {}
+        return "%s (driver %s, %s kernel modules)" % (name, driver.get("version") or "installed, not loaded",
+                                                      driver.get("kernel_modules") or "unknown")
+    if not chart["driver_enabled"]:
+        lines.append("driver.enabled is false: no driver container runs; the GPU nodes bring their own driver%s"
+                     % (": " + ", ".join(described(n) for n in with_driver) if with_driver else ""))
+    elif with_driver and needing:
+        labelled = [n for n in with_driver if nodes.get(n, {}).get("deploy_driver_false")]
+        lines.append("driver.enabled stays true for %s, which need the driver container; %s bring their own driver "
+                     "and %s nvidia.com/gpu.deploy.driver=false (gpu_operands_disabled: [driver]), so no driver pod "
+                     "runs there; %s" % (", ".join(needing), ", ".join(described(n) for n in with_driver),
+                                         "get" if labelled == with_driver else "must get (suggested for %s)"
+                                         % ", ".join(suggested_off), DRIVER_MANAGER_ON_HOST_DRIVER))
+    elif with_driver:
+        lines.append("every container GPU node brings its own driver (%s): gpu_operator_driver_enabled: false fits "
+                     "the site" % ", ".join(described(n) for n in with_driver))
+    runtime_hosts = _runtime_hosts(gpu_nodes)
+    if runtime_hosts:
+        lines.append("toolkit.enabled %s: Docker and the NVIDIA Container Toolkit on %s configure Docker's runtime, "
+                     "not RKE2's containerd (%s), where Kubernetes runs the pods"
+                     % ("stays true" if chart["toolkit_enabled"] else "is false", ", ".join(runtime_hosts),
+                        RKE2_CONTAINERD_SOCKET))
+    return lines
+
+
 def _driver_findings(name, state, facts, chart, findings):
     driver = (facts or {}).get("host_driver") or {}
     nouveau = (facts or {}).get("nouveau") or {}
@@ -242,11 +404,13 @@ def _driver_findings(name, state, facts, chart, findings):
     where = driver.get("kernel_module") or "/proc/driver/nvidia/version"
     if state == "expected":
         if driver.get("preinstalled"):
-            findings.append(finding(name, "host_driver.preinstalled", ERROR, "the host already has %s (%s) and the "
-                                    "operator would install its own: give the node nvidia.com/gpu.deploy.driver=false "
-                                    "(gpu_operands_disabled: [driver]), or set gpu_operator_driver_enabled: false "
-                                    "when every GPU node has a driver, or gpu_preflight_follow_hosts: true"
-                                    % (what, where)))
+            findings.append(finding(name, "host_driver.preinstalled", ERROR, "the host already has %s (%s%s) and "
+                                    "the operator would schedule its driver container there: give the node "
+                                    "nvidia.com/gpu.deploy.driver=false (gpu_operands_disabled: [driver]), or set "
+                                    "gpu_operator_driver_enabled: false when every GPU node has a driver, or "
+                                    "gpu_preflight_follow_hosts: true; %s"
+                                    % (what, where, ", %s kernel modules" % driver["kernel_modules"]
+                                       if driver.get("kernel_modules") else "", DRIVER_MANAGER_ON_HOST_DRIVER)))
         if nouveau.get("loaded"):
             findings.append(finding(name, "nouveau.loaded", ERROR, "nouveau is loaded and the operator's driver "
                                     "container cannot load nvidia.ko next to it: blacklist nouveau "
@@ -404,6 +568,7 @@ def decide(hosts, chart=None, follow_hosts=False):
         if not isinstance(host, dict):
             raise PreflightInputError("host %s: expected a mapping, got %r" % (name, host))
         declared = _declared(name, host, findings)
+        read_facts(name, host.get("facts"))
         declared_by_host[name] = (declared, host.get("facts"))
         if host.get("gpu_node", True):
             gpu_nodes[name] = (declared, host.get("facts"))
@@ -427,15 +592,23 @@ def decide(hosts, chart=None, follow_hosts=False):
         if declared["workload_config"] is None:
             continue
         config, state = _driver_state(declared, applied, driver_off)
+        host_driver = facts.get("host_driver") or {}
         nodes[name] = {"workload_config": declared["workload_config"], "effective_workload_config": config,
-                       "driver_operand": state, "deploy_driver_false": driver_off}
+                       "driver_operand": state, "deploy_driver_false": driver_off,
+                       "driver_source": driver_source(state),
+                       "host_driver": {"version": host_driver.get("version"),
+                                       "kernel_modules": host_driver.get("kernel_modules")},
+                       "architecture": (facts.get("architecture") or {}).get("kubernetes"),
+                       "gpu_models": sorted(set(g["model"] for g in _gpus(facts) if g.get("model")))}
         _hardware_findings(name, declared, facts, applied, findings)
+        _platform_findings(name, declared, declared["workload_config"], facts, findings)
         _driver_findings(name, state, facts, applied, findings)
+        _host_runtime_findings(name, facts, applied, findings)
         if applied["cdi_nri_plugin_enabled"]:
             _nri_findings(name, facts, findings)
 
     fixes = _psa_findings(declared_by_host, applied, findings)
-    findings.sort(key=lambda f: (f["severity"] != ERROR, f["host"], f["fact"]))
+    findings.sort(key=lambda f: ((ERROR, WARNING, INFO).index(f["severity"]), f["host"], f["fact"]))
     return {
         "ok": not any(f["severity"] == ERROR for f in findings),
         "findings": findings,
@@ -443,5 +616,6 @@ def decide(hosts, chart=None, follow_hosts=False):
         "chart": applied,
         "nodes": nodes,
         "defaults": {"driver_enabled": suggested_enabled, "nodes": node_defaults},
+        "explanations": _explain(gpu_nodes, nodes, applied, suggested_off),
         "fixes": fixes,
     }

@@ -11,7 +11,7 @@ lists the facts ``make site/render`` needs beyond a valid inventory (a GPU host'
 
 The inventory is the contract the roles read (docs/rke2.md): groups ``rke2_servers``
 (first host = first server), ``rke2_agents``, ``gpu_nodes``; per host ``ansible_host``,
-``host_network_*``, ``k8s_node_name``, ``rke2_node_labels``/``rke2_node_taints`` and the
+``host_network_*``, ``k8s_node_name``, ``rke2_arch``, ``rke2_node_labels``/``rke2_node_taints`` and the
 ``gpu_*`` variables; site-wide ``site_name``, ``gpu_models``, the ``gpu_operator_*``
 decisions and the ``rke2_*``/``host_network_*`` settings in ``group_vars/all.yml``.
 
@@ -46,10 +46,15 @@ _ANSIBLE_KEYS = ("user", "become", "python_interpreter")
 _RKE2_KEYS = ("version", "api_address", "tls_san", "cni", "system_default_registry", "registries", "profile",
               "config_extra", "artifacts")
 _ARTIFACT_KEYS = ("source", "dir", "images")
-_HOST_KEYS = ("name", "role", "address", "ansible_host", "interface", "backend", "node_name", "os", "kernel", "labels",
-              "taints", "gpu")
+_HOST_KEYS = ("name", "role", "address", "ansible_host", "interface", "backend", "node_name", "arch", "os", "kernel",
+              "labels", "taints", "gpu")
+# A host's CPU architecture as Kubernetes (kubernetes.io/arch), RKE2's artifacts and the image
+# indexes name it; rendered as rke2_arch, which the preflight and the rke2 role hold against the host.
+ARCHITECTURES = ("amd64", "arm64")
 _GPU_KEYS = ("workload_config", "model", "pci_device_name", "count", "vgpu_config", "operands_disabled", "isolated")
 _GPU_MODEL_KEYS = ("pci_vendor_selector", "pci_device_name", "memory_gb")
+# RKE2's image archives carry the architecture in their name (rke2-images-core.linux-amd64.tar.zst).
+_IMAGE_ARCHIVE_ARCH_RE = re.compile(r"^(rke2-images(?:-[a-z0-9-]+)?\.linux-)(amd64|arm64)(\.tar\.(?:zst|gz))$")
 _PCI_SELECTOR_RE = re.compile(r"^[0-9A-Fa-f]{4}:[0-9A-Fa-f]{4}$")
 _VAR_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 # A host's OS as the GPU Operator's driver and vGPU manager images tag it: ubuntu24.04, rhel9.6, rhcos4.18.
@@ -115,7 +120,8 @@ class _Checker(object):
 def _network(check, site):
     net = check.mapping(site.get("network"), "network", _NETWORK_KEYS, ("cidr", "gateway", "dns_servers"))
     cidr = None
-    if net.get("cidr"):
+    # Any value but an empty one is parsed: a 0 or false passes the required check.
+    if net.get("cidr") not in (None, ""):
         try:
             cidr = ipaddress.ip_network(str(net["cidr"]), strict=True)
         except ValueError as exc:
@@ -152,6 +158,10 @@ def _gpu_models(check, site):
 
 def _gpu(check, gpu, where, models):
     gpu = check.mapping(gpu, where, _GPU_KEYS, ("workload_config",))
+    for key in ("workload_config", "model", "pci_device_name", "vgpu_config"):
+        if gpu.get(key) is not None and not isinstance(gpu[key], str):
+            check.fail("%s.%s" % (where, key), "must be a string, got %r" % (gpu[key],))
+            gpu = dict(gpu, **{key: None})
     config = gpu.get("workload_config")
     if config and config not in om.WORKLOAD_CONFIGS:
         check.fail(where + ".workload_config", "%r is not one of %s" % (config, ", ".join(om.WORKLOAD_CONFIGS)))
@@ -161,7 +171,8 @@ def _gpu(check, gpu, where, models):
     count = gpu.get("count")
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
         check.fail(where + ".count", "must be a whole number of at least 1, got %r" % (count,))
-    pci = gpu.get("pci_device_name") or ((models or {}).get(model) or {}).get("pci_device_name")
+    entry = (models or {}).get(model) if model else None
+    pci = gpu.get("pci_device_name") or (entry.get("pci_device_name") if isinstance(entry, dict) else None)
     if config == om.VM_PASSTHROUGH:
         if not pci:
             check.fail(where + ".pci_device_name", "is required for vm-passthrough, here or in the model's gpu_models "
@@ -214,8 +225,8 @@ def _hosts(check, site, cidr, gateway, models):
             elif address == gateway:
                 check.fail(where + ".address", "%s is the gateway" % address)
         for key, value in (("name", name), ("node_name", node_name), ("address", address)):
-            if value is None:
-                continue
+            if value is None or isinstance(value, (list, dict)):
+                continue  # not a name: refused above
             if value in seen[key]:
                 check.fail(where + "." + key, "%s is also %s's" % (value, seen[key][value]))
             else:
@@ -224,6 +235,9 @@ def _hosts(check, site, cidr, gateway, models):
             check.fail(where + ".interface", "%r is not an interface name" % host["interface"])
         if host.get("backend") not in (None,) + NETWORK_BACKENDS:
             check.fail(where + ".backend", "%r is not one of %s" % (host["backend"], ", ".join(NETWORK_BACKENDS)))
+        if host.get("arch") is not None and host["arch"] not in ARCHITECTURES:
+            check.fail(where + ".arch", "%r is not one of %s (as kubernetes.io/arch names it: aarch64 is arm64, "
+                       "x86_64 is amd64)" % (host["arch"], ", ".join(ARCHITECTURES)))
         if host.get("os") is not None and not _OS_TAG_RE.match(str(host["os"])):
             check.fail(where + ".os", "%r is not an OS as the driver images tag it (%s)" % (host["os"], _OS_EXAMPLES))
         if host.get("kernel") is not None and not _KERNEL_RE.match(str(host["kernel"])):
@@ -318,6 +332,15 @@ def render_problems(site):
     precompiled = operator.get("driver_use_precompiled") is True
     problems = []
     vgpu_hosts = []
+    hosts = [h for h in site.get("nodes") or () if isinstance(h, dict)]
+    declared = sorted(set(h["arch"] for h in hosts if h.get("arch")))
+    if declared and declared != ["amd64"]:
+        # A site with arm64 hosts says every host's architecture: the artifacts and images follow it.
+        for index, host in enumerate(site.get("nodes") or ()):
+            if isinstance(host, dict) and not host.get("arch"):
+                problems.append("nodes[%d].arch: %s does not give its architecture, and the site has %s hosts: give "
+                                "every host's (%s)" % (index, host.get("name"), ", ".join(declared),
+                                                       ", ".join(ARCHITECTURES)))
     for index, host in enumerate(site.get("nodes") or ()):
         gpu = host.get("gpu")
         if not gpu:
@@ -349,13 +372,19 @@ def render_problems(site):
     return problems
 
 
+def host_images(images, arch):
+    """The site's RKE2 image archives for a host of ``arch``: each archive named for another
+    architecture becomes the one of the host's (the air-gap folder holds both)."""
+    return [_IMAGE_ARCHIVE_ARCH_RE.sub(lambda m: m.group(1) + arch + m.group(3), str(name)) for name in images or ()]
+
+
 def node_keys(site):
     """{host name: its key in the site file} (``nodes[1]``), for messages and the label plan."""
     return dict((host["name"], "nodes[%d]" % index) for index, host in enumerate(site.get("nodes") or ())
                 if isinstance(host, dict) and host.get("name"))
 
 
-def _host_vars(host, net, prefixlen):
+def _host_vars(host, net, prefixlen, images=None):
     host_vars = {"ansible_host": host.get("ansible_host") or host["address"]}
     if host.get("node_name") and host["node_name"] != host["name"]:
         host_vars["k8s_node_name"] = host["node_name"]
@@ -363,6 +392,10 @@ def _host_vars(host, net, prefixlen):
     if interface:
         host_vars["host_network_interface"] = interface
     host_vars["host_network_address"] = "%s/%d" % (host["address"], prefixlen)
+    if host.get("arch"):
+        host_vars["rke2_arch"] = host["arch"]
+        if images and host_images(images, host["arch"]) != list(images):
+            host_vars["rke2_images"] = host_images(images, host["arch"])
     if host.get("backend"):
         host_vars["host_network_backend"] = host["backend"]
     if host.get("labels"):
@@ -425,7 +458,8 @@ def inventory(site):
     groups = {SERVERS: {}, AGENTS: {}, GPU_NODES: {}}
     for host in site["nodes"]:
         group = SERVERS if host["role"] == rke2.SERVER else AGENTS
-        groups[group][host["name"]] = _host_vars(host, site["network"], prefixlen)
+        images = (site["rke2"].get("artifacts") or {}).get("images")
+        groups[group][host["name"]] = _host_vars(host, site["network"], prefixlen, images)
         if host.get("gpu"):
             groups[GPU_NODES][host["name"]] = _gpu_vars(host["gpu"], host)
     hosts = {"all": {"children": dict((name, {"hosts": members}) for name, members in

@@ -13,6 +13,7 @@ __metaclass__ = type
 import copy
 import json
 
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import k8s_objects as ko
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
 
 # Bottom up, as the ADR's diagnosis reads: below Kubernetes first.
@@ -56,6 +57,41 @@ def _host_layers(facts):
     return hw, host_driver
 
 
+def _text(value):
+    return value if isinstance(value, str) and value else None
+
+
+def node_identity(report, facts):
+    """(architecture, GPU model, driver {version, source}) of one node: from the preflight's
+    host facts when they were read, else from the node itself (the kubelet's arch label, GFD's
+    product and driver version). The driver's source is where the operand model puts it: the
+    operator's driver container (``container``) or the host (``host``); None where the node runs
+    no driver (VM workloads)."""
+    facts = facts if isinstance(facts, dict) else {}
+    arch = _text((facts.get("architecture") or {}).get("kubernetes")) if isinstance(
+        facts.get("architecture"), dict) else None
+    models = sorted(set(g.get("model") for g in (facts.get("hardware") or {}).get("gpus") or ()
+                        if isinstance(g, dict) and _text(g.get("model"))))
+    state = (report.get("operand_states") or {}).get("driver") if isinstance(report.get("operand_states"), dict) \
+        else None
+    source = {"expected": "container", "host": "host"}.get(state)
+    host_driver = facts.get("host_driver") if isinstance(facts.get("host_driver"), dict) else {}
+    version = _text(report.get("driver_version"))
+    if source == "host" and host_driver.get("preinstalled"):
+        version = _text(host_driver.get("version")) or version
+    driver = {"source": source, "version": version}
+    if source == "host" and _text(host_driver.get("kernel_modules")):
+        driver["kernel_modules"] = host_driver["kernel_modules"]
+    return (arch or _text(report.get("architecture")), ", ".join(models) or _text(report.get("gpu_product")),
+            driver)
+
+
+def _driver_cell(driver):
+    if not driver.get("source"):
+        return "-"
+    return "%s (%s)" % (driver.get("version") or "version unknown", driver["source"])
+
+
 def _cuda_by_node(cuda):
     result = {}
     for pod in (cuda or {}).get("pods") or []:
@@ -72,10 +108,60 @@ def _allocatable_by_node(allocatable_results):
     return result
 
 
+# ---------------------------------------------------------------- input
+# What build_report reads of the modules' registered results: each field absent or null,
+# or of this shape. A result of the module itself always is; a hand-edited one (a vars
+# file, a result from another version) is refused naming the field.
+_STRINGS = ko.list_of(ko.STRING)
+_DIAGNOSIS = ko.map_of(ko.mapping({"layer": ko.STRING, "operand": ko.STRING, "reason": ko.STRING}))
+_STEP = {"failed": ko.BOOLEAN, "msg": ko.STRING, "diagnosis": _DIAGNOSIS}
+INPUT_SHAPES = (
+    ("node_check", ko.mapping({
+        "nodes": ko.map_of(ko.mapping({
+            "gpu_node": ko.BOOLEAN, "workload_config": ko.STRING, "driver_version": ko.STRING,
+            "expected_operands": ko.list_of(ko.one_of(om.OPERAND_NAMES, "an operand name")),
+            "operand_states": ko.STRING_MAP,
+            "running_operands": _STRINGS, "not_running": ko.STRING_MAP, "paused_operands": ko.STRING_MAP,
+            "untolerated_taints": _STRINGS, "vgpu_config_state": ko.STRING,
+            "advertised": ko.map_of(ko.INTEGER), "capacity": ko.map_of(ko.INTEGER),
+            "layer_failures": ko.list_of(ko.mapping({"layer": ko.STRING, "operand": ko.STRING, "reason": ko.STRING},
+                                                    required=("layer",))),
+        })),
+        "findings": ko.list_of(ko.mapping({"node": ko.STRING, "severity": ko.STRING, "code": ko.STRING,
+                                           "message": ko.STRING})),
+        "summary": ko.mapping({"by_code": ko.map_of(ko.INTEGER)}),
+    })),
+    ("operand_readiness", ko.mapping(_STEP)),
+    ("allocatable", ko.list_of(ko.mapping(dict(_STEP, nodes=ko.map_of(ko.mapping({
+        "ready": ko.BOOLEAN, "allocatable": ko.INTEGER, "capacity": ko.INTEGER})))))),
+    ("cuda_sample", ko.mapping(dict(_STEP, pods=ko.list_of(ko.mapping({
+        "node": ko.STRING, "passed": ko.BOOLEAN, "phase": ko.STRING, "reason": ko.STRING,
+        "log_tail": _STRINGS}))))),
+    ("host_facts", ko.map_of(ko.mapping({
+        "hardware": ko.mapping({"gpus": ko.list_of(ko.mapping({
+            "model": ko.STRING, "name": ko.STRING, "vendor_id": ko.STRING, "device_id": ko.STRING}))}),
+        "host_driver": ko.mapping({"preinstalled": ko.BOOLEAN, "loaded": ko.BOOLEAN, "version": ko.STRING,
+                                   "kernel_module": ko.STRING}),
+    }))),
+)
+
+
+def read_inputs(**inputs):
+    """Raise MalformedObject naming the option and the field (``node_check.nodes["gpu-1"].
+    layer_failures[0] is a string, expected a mapping``) when a result the report reads
+    has a shape it cannot read."""
+    for name, shape in INPUT_SHAPES:
+        if inputs.get(name) is not None:
+            ko.check_shape(shape, inputs[name], name)
+
+
 def build_report(site, node_check, readiness=None, allocatable_results=None, cuda=None, host_facts=None,
                  generated_at=None):
     """The report as a dict: ``passed``, ``summary``, ``nodes`` (per node: workload
-    config, resources, operands, layers, findings, status) and ``steps``."""
+    config, resources, operands, layers, findings, status) and ``steps``. Its inputs
+    are read first (read_inputs)."""
+    read_inputs(node_check=node_check, operand_readiness=readiness, allocatable=allocatable_results,
+                cuda_sample=cuda, host_facts=host_facts)
     node_check = node_check or {}
     findings = node_check.get("findings") or []
     cuda_nodes = _cuda_by_node(cuda)
@@ -148,13 +234,18 @@ def build_report(site, node_check, readiness=None, allocatable_results=None, cud
         elif pod.get("passed", pod.get("phase") == "Succeeded"):
             layers["cuda-sample"] = _layer(OK, "phase %s" % pod.get("phase"))
         else:
+            # cuda_sample returns the log's last lines as a list.
             layers["cuda-sample"] = _layer(FAILED, "phase %s: %s" % (pod.get("phase"), pod.get("reason") or (
-                (pod.get("log_tail") or "").strip().splitlines() or [""])[-1]))
+                (pod.get("log_tail") or [""])[-1])))
+        arch, gpu_model, driver = node_identity(report, (host_facts or {}).get(name))
         failed_layers = [layer for layer in REPORT_LAYERS if layers[layer]["state"] == FAILED]
         status = "failing" if (failed_layers or errors) else (
             PAUSED if paused else ("warning" if node_findings else "ok"))
         nodes[name] = {
             "workload_config": report.get("workload_config"),
+            "architecture": arch,
+            "gpu_model": gpu_model,
+            "driver": driver,
             "expected_operands": expected,
             "running_operands": report.get("running_operands") or [],
             "advertised": advertised,
@@ -231,11 +322,13 @@ def to_markdown(report):
     lines = ["# GPU verification report: %s" % report["site"], "",
              "**%s** - %s" % ("PASSED" if report["passed"] else "FAILED", report["summary"]), "",
              "Generated %s." % (report.get("generated_at") or "now"), "",
-             "| node | workload config | advertised | " + " | ".join(report["layers"]) + " | status |",
-             "|---|---|---|" + "---|" * len(report["layers"]) + "---|"]
+             "| node | arch | GPU | driver | workload config | advertised | " + " | ".join(report["layers"])
+             + " | status |",
+             "|---|---|---|---|---|---|" + "---|" * len(report["layers"]) + "---|"]
     for name, node in sorted(report["nodes"].items()):
         advertised = ", ".join("%s=%s" % kv for kv in sorted(node["advertised"].items())) or "-"
-        cells = [name, node["workload_config"], advertised] + [
+        cells = [name, node.get("architecture") or "-", node.get("gpu_model") or "-",
+                 _driver_cell(node.get("driver") or {}), node["workload_config"], advertised] + [
             _MARK[node["layers"][layer]["state"]] for layer in report["layers"]] + [node["status"]]
         lines.append(_row(cells))
     lines += ["", "## Per-layer diagnosis", ""]
@@ -268,12 +361,15 @@ def to_html(report):
         cells = "".join('<td class="%s" title="%s">%s</td>' % (
             node["layers"][layer]["state"].replace(" ", "-").replace("/", ""), _escape(node["layers"][layer]["detail"]),
             _escape(_MARK[node["layers"][layer]["state"]])) for layer in report["layers"])
-        rows.append("<tr><th>%s</th><td>%s</td>%s<td>%s</td></tr>" % (
-            _escape(name), _escape(node["workload_config"]), cells, _escape(node["status"])))
+        rows.append("<tr><th>%s</th><td>%s</td><td>%s</td><td>%s</td><td>%s</td>%s<td>%s</td></tr>" % (
+            _escape(name), _escape(node.get("architecture") or "-"), _escape(node.get("gpu_model") or "-"),
+            _escape(_driver_cell(node.get("driver") or {})), _escape(node["workload_config"]), cells,
+            _escape(node["status"])))
     return ("<!doctype html><html><head><meta charset=\"utf-8\"><title>GPU verification: %s</title><style>"
             "body{font-family:sans-serif}td,th{border:1px solid #ccc;padding:4px 8px}"
             ".ok{background:#dfd}.failed{background:#fbb}.na{color:#888}.paused{background:#ffd}</style></head><body>"
-            "<h1>GPU verification: %s</h1><p><b>%s</b> - %s</p><table><tr><th>node</th><th>workload config</th>%s"
+            "<h1>GPU verification: %s</h1><p><b>%s</b> - %s</p><table><tr><th>node</th><th>arch</th><th>GPU</th>"
+            "<th>driver</th><th>workload config</th>%s"
             "<th>status</th></tr>%s</table><p>Hover a cell for its detail; the JSON report has everything.</p>"
             "</body></html>\n") % (
         _escape(report["site"]), _escape(report["site"]), "PASSED" if report["passed"] else "FAILED",

@@ -22,7 +22,15 @@ description:
     (C(nvidia.ko) below C(/lib/modules/<kernel>)), and whether a loaded driver is the GPU Operator's
     driver container (C(/run/nvidia/validations/.driver-ctr-ready)).
   - nouveau loaded or blacklisted (C(modprobe.d) files, C(modprobe.blacklist=) on the kernel command line).
+  - Whether the loaded driver runs the open or the proprietary kernel modules (the first line of
+    C(/proc/driver/nvidia/version)), and the C(nvidia-driver-*) packages dpkg installed it from.
   - IOMMU (kernel command line and C(/sys/kernel/iommu_groups)), OS (C(/etc/os-release)) and kernel.
+  - The CPU architecture from C(/proc/sys/kernel/arch) (Linux 6.1 and later), else, when O(root) is C(/),
+    the running host's C(uname -m); as Kubernetes names it too (C(aarch64) -> C(arm64)).
+  - Docker (binary, version, the runtimes and default runtime of C(/etc/docker/daemon.json)) and the NVIDIA
+    Container Toolkit (C(nvidia-ctk), C(nvidia-container-runtime), its config, CDI specs) on the host, with
+    versions from C(/var/lib/dpkg/status), else C(dockerd --version) / C(nvidia-ctk --version). DGX OS ships
+    both; they configure Docker's containerd, never RKE2's.
   - RKE2 version (from the C(<data-dir>/bin) link RKE2 keeps to its runtime, else C(rke2 --version)),
     containerd version (from C(containerd.log), else C(containerd --version)), the C(profile) and the
     Pod Security admission configuration from C(/etc/rancher/rke2/config.yaml) and C(config.yaml.d).
@@ -41,7 +49,7 @@ options:
   run_version_commands:
     description:
       - Run C(rke2 --version) and C(containerd --version) when no file records the version
-        (RKE2 installed but never started).
+        (RKE2 installed but never started), and C(dockerd --version) / C(nvidia-ctk --version) when dpkg does not.
       - The binaries are run from below O(root).
     type: bool
     default: true
@@ -112,7 +120,8 @@ ansible_facts:
         host_driver:
           description: A driver on the host; C(preinstalled) is true for a host driver, false for none or the operator's.
           type: dict
-          sample: {loaded: true, version: 550.54.15, kernel_module: /lib/modules/6.8.0-45-generic/updates/dkms/nvidia.ko.zst,
+          sample: {loaded: true, version: 550.54.15, kernel_modules: open, packages: {nvidia-driver-550-open: 550.54.15-0ubuntu1},
+                   kernel_module: /lib/modules/6.8.0-45-generic/updates/dkms/nvidia.ko.zst,
                    libnvidia_ml: /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1, nvidia_smi: /usr/bin/nvidia-smi,
                    operator_managed: false, preinstalled: true}
         nouveau:
@@ -135,6 +144,22 @@ ansible_facts:
           description: The running kernel's release and command line.
           type: dict
           sample: {release: 5.15.0-105-generic, cmdline: "BOOT_IMAGE=/vmlinuz ro intel_iommu=on iommu=pt"}
+        architecture:
+          description: The CPU architecture (C(machine) as uname prints it, C(kubernetes) as kubernetes.io/arch names it) and where it was read.
+          type: dict
+          sample: {machine: aarch64, kubernetes: arm64, source: /proc/sys/kernel/arch}
+        docker:
+          description: Docker on the host; it serves Docker's own containerd, not RKE2's.
+          type: dict
+          sample: {installed: true, binary: /usr/bin/dockerd, version: 29.2.1, daemon_json: /etc/docker/daemon.json,
+                   version_source: "/var/lib/dpkg/status (docker-ce 5:29.2.1-1~ubuntu.24.04~noble)",
+                   runtimes: [nvidia], default_runtime: nvidia}
+        container_toolkit:
+          description: The NVIDIA Container Toolkit installed on the host.
+          type: dict
+          sample: {installed: true, nvidia_ctk: /usr/bin/nvidia-ctk, runtime: /usr/bin/nvidia-container-runtime,
+                   version: 1.19.0, version_source: "/var/lib/dpkg/status (nvidia-container-toolkit 1.19.0-1)",
+                   config: /etc/nvidia-container-runtime/config.toml, cdi_specs: [/var/run/cdi/nvidia.yaml]}
         rke2:
           description: RKE2 installed, its version and where it came from, profile, config files, Pod Security config.
           type: dict
@@ -160,6 +185,7 @@ ansible_facts:
 """
 
 import os
+import platform
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuplatform.rke2.plugins.module_utils.host_facts import gather
@@ -180,7 +206,9 @@ def main():
     def run(argv):
         return module.run_command(argv, check_rc=False)
 
-    facts = gather(root, run if module.params["run_version_commands"] else None)
+    # uname -m describes the tree only when the tree is this host.
+    machine = platform.machine() if os.path.realpath(root) == "/" else None
+    facts = gather(root, run if module.params["run_version_commands"] else None, machine)
     module.exit_json(changed=False, ansible_facts={"gpu_host": facts})
 
 

@@ -198,6 +198,25 @@ options:
         description:
           - The node's kernel release (C(uname -r)), for precompiled driver images.
         type: str
+      arch:
+        description:
+          - The node's CPU architecture (the inventory's C(rke2_arch)); the plan lists, per image, the architectures
+            its mirrored index must hold (C(amd64), C(arm64)). Unset counts as C(amd64).
+        type: str
+      operands_disabled:
+        description:
+          - The operands the node switches off (C(gpu_operands_disabled)); their images need neither its OS tag
+            nor its architecture.
+        type: list
+        elements: str
+        default: []
+  cluster_architectures:
+    description:
+      - The architectures of every node of the cluster (servers and CPU nodes too), which the operator's and NFD's
+        images must hold.
+    type: list
+    elements: str
+    default: []
   driver_os_tags:
     description:
       - OS tags of GPU nodes that do not give O(gpu_nodes[].os_tag), for the driver and vGPU manager images.
@@ -297,8 +316,11 @@ images:
       mirror: registry.site.example:5000/nvidia/gpu-operator:v26.3.2
       components: [operator, operator-validator]
       values_keys: [operator, validator]
+      platforms: [linux/amd64, linux/arm64]
 images_txt:
-  description: The plan as C(source -> mirror) lines, GPU Operator images then RKE2's.
+  description:
+    - The plan as C(source -> mirror) lines, GPU Operator images then RKE2's; each GPU Operator line ends with the
+      operands that run it and the platforms its index must hold (C([linux/amd64, linux/arm64])).
   returned: success
   type: str
 plan_problems:
@@ -384,7 +406,8 @@ def render(params, reference, archive_bytes=None, rke2_image_lists=()):
     values = ov.render_values(decisions)
     # The plan's sources are the upstream references: computed before the mirror rewrite.
     images, plan_problems = ip.plan_images(ov.effective_values(reference, values), version, nodes,
-                                           params.get("driver_os_tags"), params.get("driver_kernels"), nfd_version)
+                                           params.get("driver_os_tags"), params.get("driver_kernels"), nfd_version,
+                                           params.get("cluster_architectures"))
     if mirror and not ip.mirror_problems(mirror):
         values = ov.deep_merge(values, ip.mirror_overrides(ov.effective_values(reference, values), mirror))
         problems.extend(ip.escaping_references(ov.effective_values(reference, values), mirror))
@@ -479,7 +502,10 @@ def main():
                 workload_config=dict(type="str"),
                 os_tag=dict(type="str"),
                 kernel=dict(type="str"),
+                arch=dict(type="str"),
+                operands_disabled=dict(type="list", elements="str", default=[]),
             )),
+            cluster_architectures=dict(type="list", elements="str", default=[]),
             driver_os_tags=dict(type="list", elements="str", default=[]),
             driver_kernels=dict(type="list", elements="str", default=[]),
             rke2_image_lists=dict(type="list", elements="path", default=[]),

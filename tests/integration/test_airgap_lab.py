@@ -20,8 +20,10 @@ from tests.lab.node_agent import MIRROR_ANNOTATION
 NS = "gpu-operator"
 MIRROR = "registry.lab.invalid"
 # The lab's GPU nodes the operand DaemonSets reach (gpu-tainted-1's taint keeps them off).
-REACHABLE = ("gpu-container-1", "gpu-container-2", "gpu-passthrough-1", "gpu-vgpu-1")
-CONTAINER_NODES = ("gpu-container-1", "gpu-container-2")
+REACHABLE = ("gpu-container-1", "gpu-container-2", "gpu-passthrough-1", "gpu-vgpu-1", "gpu-spark-1")
+CONTAINER_NODES = ("gpu-container-1", "gpu-container-2", "gpu-spark-1")
+# gpu-spark-1 (arm64) brings its own driver: no driver pod there.
+HOST_DRIVER_NODES = ("gpu-spark-1",)
 # The lab's nodes have no OS labels; the driver image plan needs the OS tag.
 AIRGAP_ARGS = ("-e", "gpu_operator_image_registry=%s" % MIRROR, "-e", '{"gpu_operator_driver_os_tags": ["ubuntu22.04"]}')
 
@@ -93,6 +95,12 @@ def test_with_every_image_in_the_mirror_no_operand_waits_on_a_pull(airgap_lab, r
     assert plan and all(len(p) == 2 and p[1].startswith(MIRROR + "/") for p in plan), plan
     assert [_chart_default_image("devicePlugin"), MIRROR + "/nvidia/k8s-device-plugin:" +
             _chart_default_image("devicePlugin").rsplit(":", 1)[1]] in plan
+    # The fleet's arm64 DGX Spark runs the device plugin but keeps its own driver.
+    with open(role.images) as handle:
+        platforms = dict((l.split(" -> ")[0], l.rsplit("[", 1)[1].rstrip("]")) for l in handle.read().splitlines()
+                         if l.endswith("]"))
+    assert platforms[_chart_default_image("devicePlugin")] == "linux/amd64, linux/arm64"
+    assert [v for k, v in platforms.items() if "/driver:" in k] == ["linux/amd64"]
 
     # From now on the nodes reach nothing but the mirror.
     _annotate_mirror(airgap_lab, MIRROR)
@@ -141,6 +149,7 @@ def test_an_image_the_plan_missed_is_a_device_plugin_layer_failure_on_each_node_
                 and f["code"] == "missing-operand"] == [
             "device-plugin is not running: %s" % first["reason"]]
         # Everything below it runs.
-        assert {"driver", "container-toolkit"} <= running_operands(airgap_lab)[node]
+        below = {"container-toolkit"} if node in HOST_DRIVER_NODES else {"driver", "container-toolkit"}
+        assert below <= running_operands(airgap_lab)[node]
     for node in ("gpu-passthrough-1", "gpu-vgpu-1"):
         assert check["nodes"][node]["ok"] and check["nodes"][node]["layer_failures"] == [], node

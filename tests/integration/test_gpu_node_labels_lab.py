@@ -11,6 +11,7 @@ import json
 import os
 import re
 import subprocess
+import threading
 import uuid
 
 import pytest
@@ -34,14 +35,19 @@ TEST_POD_LABEL = ("gpuplatform.rke2/test", "gpu-node-labels-lab")
 WAIT_S = 600
 
 # The GPU nodes the operand DaemonSets reach (gpu-tainted-1 carries a taint they do not tolerate).
-GPU_NODES = ("gpu-container-1", "gpu-container-2", "gpu-passthrough-1", "gpu-vgpu-1")
-UNLABELLED = dict((node, (om.CONTAINER, {"nvidia.com/gpu": 2})) for node in GPU_NODES)
+GPU_NODES = ("gpu-container-1", "gpu-container-2", "gpu-passthrough-1", "gpu-vgpu-1", "gpu-spark-1")
+# gpu-spark-1 (arm64, 1 x GB10) brings its own driver: no driver pod runs there, labelled or not
+# (unlabelled, k8s-driver-manager marks it pre-installed; the inventory sets deploy.driver=false).
+HOST_DRIVER_NODES = ("gpu-spark-1",)
+GPUS = {"gpu-spark-1": 1}
+UNLABELLED = dict((node, (om.CONTAINER, {"nvidia.com/gpu": GPUS.get(node, 2)})) for node in GPU_NODES)
 # What the lab inventory makes of them: 2 x A10 each; A10-12Q gives 24 GB / 12 GB = 2 vGPUs per card.
 LABELLED = {
     "gpu-container-1": (om.CONTAINER, {"nvidia.com/gpu": 2}),
     "gpu-container-2": (om.CONTAINER, {"nvidia.com/gpu": 2}),
     "gpu-passthrough-1": (om.VM_PASSTHROUGH, {"nvidia.com/GA102GL_A10": 2}),
     "gpu-vgpu-1": (om.VM_VGPU, {"nvidia.com/NVIDIA_A10-12Q": 4}),
+    "gpu-spark-1": (om.CONTAINER, {"nvidia.com/gpu": 1}),
 }
 # In place of a workload config: a node out of the GPU layer, where no operand runs.
 ISOLATED = None
@@ -165,6 +171,8 @@ def wait_for_fleet(lab, want):
         for node, (config, _resources) in want.items():
             found = operand_pods(pods, node)
             wanted = expected_operands(config) if config is not ISOLATED else set()
+            if node in HOST_DRIVER_NODES:
+                wanted.discard("driver")
             if set(f[0] for f in found) != wanted or len(found) != len(wanted) or not all(f[1] for f in found):
                 return False
         return True
@@ -178,20 +186,53 @@ def wait_for_fleet(lab, want):
     return pods, nodes
 
 
+class Snapshot(dict):
+    """The nodes as listed, plus every node write from that list on, recorded by a watch
+    opened at once. Reading the writes afterwards from an object's own resourceVersion fails
+    with 410 Gone when that version has left the API server's watch cache (a node untouched
+    for long, a slow run on a loaded machine); a watch from the list's fresh version does not."""
+
+    def __init__(self, lab):
+        core = lab.core()
+        listed = core.list_node()
+        super().__init__((n.metadata.name, n) for n in listed.items)
+        self.writes = []
+        self.error = None
+        self._seen = threading.Condition()
+        self._watch = watch.Watch()
+        self._thread = threading.Thread(target=self._record, args=(core, listed.metadata.resource_version),
+                                        daemon=True)
+        self._thread.start()
+
+    def _record(self, core, since):
+        try:
+            for event in self._watch.stream(core.list_node, resource_version=since, timeout_seconds=WAIT_S):
+                with self._seen:
+                    self.writes.append(event["object"])
+                    self._seen.notify_all()
+        # A broken watch fails versions(), below, instead of a warning from a dying thread.
+        except Exception as error:  # pylint: disable=broad-except
+            with self._seen:
+                self.error = self.error or error
+                self._seen.notify_all()
+
+    def versions(self, name, until):
+        """Every version of node ``name`` written since the list, up to resourceVersion ``until``."""
+        def reached():
+            return any(v.metadata.name == name and v.metadata.resource_version == until for v in self.writes)
+        with self._seen:
+            self._seen.wait_for(lambda: reached() or self.error, timeout=WAIT_S)
+            assert reached(), (name, until, self.error)
+            versions = [v for v in self.writes if v.metadata.name == name]
+        return versions[:[v.metadata.resource_version for v in versions].index(until) + 1]
+
+    def close(self):
+        """The watch ends at its next event, or with the lab (the error is kept, not raised)."""
+        self._watch.stop()
+
+
 def snapshot(lab):
-    return dict((n.metadata.name, n) for n in lab.core().list_node().items)
-
-
-def _writes_since(core, name, since, until):
-    """Every version of node ``name`` written after resourceVersion ``since``, up to ``until``."""
-    versions = []
-    for event in watch.Watch().stream(core.list_node, field_selector="metadata.name=" + name,
-                                      resource_version=since, timeout_seconds=WAIT_S):
-        versions.append(event["object"])
-        if event["object"].metadata.resource_version == until:
-            break
-    assert versions and versions[-1].metadata.resource_version == until, (name, since, until)
-    return versions
+    return Snapshot(lab)
 
 
 def assert_untouched(lab, before):
@@ -199,16 +240,19 @@ def assert_untouched(lab, before):
     since, except by kwok's kubelet heartbeat (every 10 to 20 minutes, status only): each
     write in between is read back from the watch and shown to be status only."""
     core = lab.core()
-    for name, old in sorted(before.items()):
-        new = core.read_node(name)
-        assert new.metadata.labels == old.metadata.labels, name
-        assert new.metadata.annotations == old.metadata.annotations, name
-        assert new.spec == old.spec, name
-        if new.metadata.resource_version == old.metadata.resource_version:
-            continue
-        for version in _writes_since(core, name, old.metadata.resource_version, new.metadata.resource_version):
-            assert (version.metadata.labels, version.metadata.annotations, version.spec) == (
-                old.metadata.labels, old.metadata.annotations, old.spec), (name, version.metadata.resource_version)
+    try:
+        for name, old in sorted(before.items()):
+            new = core.read_node(name)
+            assert new.metadata.labels == old.metadata.labels, name
+            assert new.metadata.annotations == old.metadata.annotations, name
+            assert new.spec == old.spec, name
+            if new.metadata.resource_version == old.metadata.resource_version:
+                continue
+            for version in before.versions(name, new.metadata.resource_version):
+                assert (version.metadata.labels, version.metadata.annotations, version.spec) == (
+                    old.metadata.labels, old.metadata.annotations, old.spec), (name, version.metadata.resource_version)
+    finally:
+        before.close()
 
 
 def labels_of(node):
@@ -311,7 +355,10 @@ def test_role_labels_three_workload_types_and_the_operator_follows(unlabelled, t
         if config == om.VM_VGPU:
             want[om.VGPU_CONFIG_LABEL] = "A10-12Q"
         assert labels_of(nodes[node]) == want, node
-        assert json.loads(nodes[node].metadata.annotations[nl.OWNED_LABELS_ANNOTATION]) == sorted(want), node
+        owned = sorted(list(want) + ([om.deploy_label("driver")] if node in HOST_DRIVER_NODES else []))
+        assert json.loads(nodes[node].metadata.annotations[nl.OWNED_LABELS_ANNOTATION]) == owned, node
+        if node in HOST_DRIVER_NODES:
+            assert nodes[node].metadata.labels[om.deploy_label("driver")] == om.DEPLOY_FALSE, node
         assert not nodes[node].spec.unschedulable, node
     # The acceptance names these operands; the model's chains and the values must agree with it.
     assert expected_operands(om.VM_PASSTHROUGH) == {"vfio-manager", "sandbox-validator", "sandbox-device-plugin"}

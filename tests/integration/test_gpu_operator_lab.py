@@ -26,10 +26,12 @@ OPERANDS = {
     "gpu-container-2": CONTAINER,
     "gpu-passthrough-1": {"vfio-manager", "sandbox-device-plugin", "sandbox-validator"},
     "gpu-vgpu-1": {"vgpu-manager", "vgpu-device-manager", "sandbox-device-plugin", "sandbox-validator"},
+    # arm64, its own driver (gpu_operands_disabled: [driver]): the same DaemonSets, no driver pod.
+    "gpu-spark-1": CONTAINER - {"driver"},
 }
 # The fleet's GPU node whose taint the operand DaemonSets do not tolerate: it never runs them.
 TAINTED = "gpu-tainted-1"
-CONTAINER_NODES = ("gpu-container-1", "gpu-container-2", TAINTED)
+CONTAINER_NODES = ("gpu-container-1", "gpu-container-2", "gpu-spark-1", TAINTED)
 
 
 @pytest.fixture(scope="module")

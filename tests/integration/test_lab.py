@@ -68,7 +68,9 @@ def test_tainted_gpu_node_is_left_out_of_desired_number_scheduled(gpu_lab):
     # The node is labelled for the driver like the others ...
     assert node.metadata.labels["nvidia.com/gpu.deploy.driver"] == "true"
     ds = _apps(gpu_lab).read_namespaced_daemon_set(DRIVER, NS)
-    container_nodes = [n for n, v in gpu_lab.fleet().items() if v.get("gpu_workload_config") == "container"]
+    # Container nodes that take the driver container (gpu-spark-1 brings its own: deploy.driver=false).
+    container_nodes = [n for n, v in gpu_lab.fleet().items() if v.get("gpu_workload_config") == "container"
+                       and "driver" not in (v.get("gpu_operands_disabled") or ())]
     # ... yet the DaemonSet does not count it: its status looks complete without it.
     assert ds.status.desired_number_scheduled == len(container_nodes) - 1
     assert ds.status.number_ready == ds.status.desired_number_scheduled
@@ -123,6 +125,40 @@ def test_node_added_after_start_gets_its_operands(gpu_lab):
     wait_for(core.list_namespaced_pod, operands_running, namespace=NS)
     nodes = wait_for(core.list_node, lambda o: (o["gpu-late-1"].status.allocatable or {}).get("nvidia.com/gpu") == "2")
     assert nodes["gpu-late-1"].metadata.labels["nvidia.com/gpu.present"] == "true"
+
+
+def test_the_arm64_dgx_spark_runs_the_same_daemonsets_without_a_driver_pod(gpu_lab):
+    """gpu-spark-1: arm64, one GB10, its own driver 580.142. The real operator's DaemonSets
+    select no architecture: it gets every container operand but the driver, advertises its one
+    GPU, and GFD reports the host's driver. Without the deploy.driver=false the inventory gives
+    it, the driver pod comes, and k8s-driver-manager marks the node pre-installed instead."""
+    core, spark = gpu_lab.core(), "gpu-spark-1"
+    node = core.read_node(spark)
+    assert node.metadata.labels["kubernetes.io/arch"] == "arm64" and node.status.node_info.architecture == "arm64"
+    assert node.metadata.labels["nvidia.com/gpu.deploy.driver"] == "false"
+    wanted = {"nvidia-container-toolkit-daemonset", "nvidia-device-plugin-daemonset", "nvidia-operator-validator",
+              "gpu-feature-discovery", "nvidia-dcgm-exporter"}
+
+    def operands(objects):
+        return set((p.metadata.labels or {}).get("app") for p in pods_on(objects, spark) if p.status.phase == "Running"
+                   and all(c.ready for c in p.status.container_statuses or ()))
+    wait_for(core.list_namespaced_pod, lambda o: operands(o) >= wanted and DRIVER not in operands(o), namespace=NS)
+    nodes = wait_for(core.list_node, lambda o: (o[spark].status.allocatable or {}).get("nvidia.com/gpu") == "1" and
+                     (o[spark].metadata.labels or {}).get("nvidia.com/cuda.driver-version.full") == "580.142")
+    labels = nodes[spark].metadata.labels
+    # GB10 shares the host's memory: GFD sets no memory label for it.
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-GB10" and "nvidia.com/gpu.memory" not in labels
+
+    # Unlabelled: the operator writes true, the driver pod lands, k8s-driver-manager answers.
+    core.patch_node(spark, {"metadata": {"labels": {"nvidia.com/gpu.deploy.driver": None,
+                                                    "nvidia.com/gpu.present": None}}})
+    nodes = wait_for(core.list_node, lambda o: (o[spark].metadata.labels or {}).get(
+        "nvidia.com/gpu.deploy.driver") == "pre-installed")
+    wait_for(core.list_namespaced_pod, lambda o: not pods_on(o, spark, DRIVER), namespace=NS)
+    # The driver DaemonSet counts the A10 container nodes only (not the tainted one, not the Spark).
+    takers = len([n for n, v in gpu_lab.fleet().items() if v.get("gpu_workload_config") == "container"]) - 2
+    wait_for(_apps(gpu_lab).list_namespaced_daemon_set,
+             lambda o: o[DRIVER].status.desired_number_scheduled == takers, namespace=NS)
 
 
 def test_cuda_sample_log_is_served_through_the_pod_log_endpoint(gpu_lab):

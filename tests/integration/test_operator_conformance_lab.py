@@ -29,10 +29,11 @@ from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_mo
 from ansible_collections.gpuplatform.rke2.plugins.module_utils.operator_values import effective_values
 from tests.lab.gpu_operator_sim import CHART_VALUES, KERNEL_LABEL, OS_ID_LABEL, OS_VERSION_LABEL
 from tests.lab.lab import Lab
+from tests.lab.node_agent import DRIVER_VERSION_LABELS, host_driver
 
 NAMESPACE = om.DEFAULT_NAMESPACE
 # Labels the node agent writes in the operator's place would be a GPU's (GFD), not the operator's.
-SIMULATED_LABELS = ("nvidia.com/gpu.product", "nvidia.com/gpu.memory", "nvidia.com/gpu.count")
+SIMULATED_LABELS = ("nvidia.com/gpu.product", "nvidia.com/gpu.memory", "nvidia.com/gpu.count") + DRIVER_VERSION_LABELS
 SETTLE_S = 180
 CONVERGE_S = 30
 LATE_NODE = "gpu-late-1"
@@ -107,7 +108,7 @@ ACCEPTED = [
      "its state machine's label on each node with a driver, on its own schedule; the collection reads only the "
      "deploy labels' pause values (paused-for-driver-upgrade), not this label")
     for against in ("model", "simulator")
-    for node in ("gpu-container-1", "gpu-container-2", "gpu-passthrough-1", "gpu-vgpu-1", "gpu-late-1")
+    for node in ("gpu-container-1", "gpu-container-2", "gpu-passthrough-1", "gpu-vgpu-1", "gpu-late-1", "gpu-spark-1")
 ]
 
 
@@ -141,7 +142,10 @@ def observe(lab):
 
 def predict(nodes, values):
     """The operator's result by the operand model, from the nodes as the scenario left
-    them before the operator acted (its labels, taints) and the chart values."""
+    them before the operator acted (its labels, taints) and the chart values. A node with
+    its own driver (gpu-spark-1) that the driver DaemonSet reaches ends with
+    deploy.driver=pre-installed: k8s-driver-manager's answer, which the lab plays and the
+    operator keeps."""
     policy = om.policy_from_values(effective_values(CHART_DEFAULTS, values), NAMESPACE)
     after = {}
     for name, node in nodes.items():
@@ -151,6 +155,11 @@ def predict(nodes, values):
                 after[name].pop(key, None)
             else:
                 after[name][key] = value
+        driver = om.operand("driver")
+        if node.get("host_driver") and policy["operands_enabled"].get("driver") and \
+                all(after[name].get(k) == v for k, v in om.node_selector(driver).items()) and \
+                not om.untolerated_taints(node["taints"]):
+            after[name][om.deploy_label("driver")] = om.DEPLOY_PRE_INSTALLED
     labels = dict((name, dict((k, v) for k, v in full.items() if k.startswith("nvidia.com/")
                               and k not in SIMULATED_LABELS)) for name, full in after.items())
     daemonsets = {}
@@ -162,17 +171,20 @@ def predict(nodes, values):
                    if all(after[name].get(k) == v for k, v in selector.items())
                    and not om.untolerated_taints(node["taints"])]
         if operand.name == "driver" and effective_values(CHART_DEFAULTS, values)["driver"].get("usePrecompiled"):
-            # One DaemonSet per (kernel, OS) among the nodes it targets, each also selecting its
-            # kernel (object_controls.go transformPrecompiledDriverDaemonset).
+            # One DaemonSet per (kernel, OS) of the GPU nodes (gpu.present=true, whatever their
+            # deploy.driver: getKernelVersionsMap), each also selecting its kernel
+            # (object_controls.go transformPrecompiledDriverDaemonset); desired: those it targets.
             groups = {}
-            for name in targets:
+            for name in nodes:
+                if after[name].get(om.GPU_PRESENT_LABEL) != "true":
+                    continue
                 key = (nodes[name]["labels"].get(KERNEL_LABEL), "%s%s" % (
                     nodes[name]["labels"].get(OS_ID_LABEL), nodes[name]["labels"].get(OS_VERSION_LABEL)))
                 groups.setdefault(key, []).append(name)
             for (kernel, os_tag), members in groups.items():
                 daemonsets[om.precompiled_driver_daemonset(kernel, os_tag)] = {
                     "selector": dict(selector, **{KERNEL_LABEL: kernel}),
-                    "desired": len(members)}
+                    "desired": len([m for m in members if m in targets])}
             continue
         daemonsets[operand.daemonset] = {"selector": selector, "desired": len(targets)}
     gpu_nodes = [n for n, node in nodes.items() if om.is_gpu_node(node["labels"])]
@@ -212,6 +224,15 @@ def readable(diffs, left_name, right_name):
 
 # ---------------------------------------------------------------- running a scenario
 
+def _kept(key, value):
+    """Labels that are the node's own facts rather than the operator's or a test's: GFD's, the
+    MIG capability, and the pre-installed driver label k8s-driver-manager wrote on a host with its
+    own driver (it stays there whatever the operator does next, and a scenario starting while the
+    last one's driver DaemonSet still exists sees it written again)."""
+    return not key.startswith("nvidia.com/") or key in SIMULATED_LABELS or key == om.MIG_CAPABLE_LABEL or (
+        key == om.deploy_label("driver") and value == om.DEPLOY_PRE_INSTALLED)
+
+
 def clean_fleet(lab):
     """The fleet as NFD and the kubelet leave it: no label the operator or a test wrote,
     no node that joined late. Removing gpu.present makes the operator reconcile each node."""
@@ -221,21 +242,21 @@ def clean_fleet(lab):
         if name not in fleet:
             lab.delete_node(name)
             continue
-        patch = dict((k, None) for k in (node.metadata.labels or {})
-                     if k.startswith("nvidia.com/") and k not in SIMULATED_LABELS and k != om.MIG_CAPABLE_LABEL)
+        patch = dict((k, None) for k, v in (node.metadata.labels or {}).items() if not _kept(k, v))
         if patch:
             lab.core().patch_node(name, {"metadata": {"labels": patch}})
 
 
 def as_registered(facts):
-    """A node's facts without the labels the operator wrote (what it had when it joined)."""
-    return dict(facts, labels=dict((k, v) for k, v in facts["labels"].items()
-                                   if not k.startswith("nvidia.com/") or k == om.MIG_CAPABLE_LABEL))
+    """A node's facts without the labels the operator (or, for a host driver, k8s-driver-manager)
+    wrote: what it had when it joined."""
+    return dict(facts, labels=dict((k, v) for k, v in facts["labels"].items() if _kept(k, v)))
 
 
 def node_facts(lab):
     return dict((n.metadata.name, {"labels": dict(n.metadata.labels or {}),
-                                   "taints": lab.api.sanitize_for_serialization(n.spec.taints) or []})
+                                   "taints": lab.api.sanitize_for_serialization(n.spec.taints) or [],
+                                   "host_driver": host_driver(lab.api.sanitize_for_serialization(n))})
                 for n in lab.core().list_node().items)
 
 

@@ -26,6 +26,9 @@ LAB_OPERATOR_VALUES = {
     "vgpuManager": {"enabled": True, "repository": "registry.lab.invalid/nvidia", "version": "580.126.20"},
 }
 NFD_DISPLAY_LABEL = "feature.node.kubernetes.io/pci-0302_10de.present"
+# NFD's label for an NVIDIA function of PCI class 0300 (VGA), as GB10 is: nfd-worker's default
+# deviceClassWhitelist has 03 and labels pci-<class>_<vendor>.present.
+NFD_VGA_LABEL = "feature.node.kubernetes.io/pci-0300_10de.present"
 # What NFD and the kubelet report about the host OS and runtime, which the operator reads
 # (the driver image tag, the toolkit's runtime); the lab site's default, a host may override.
 DEFAULT_HOST_OS = {"id": "ubuntu", "version_id": "22.04", "kernel": "5.15.0-122-generic",
@@ -63,7 +66,7 @@ def hardware(host_vars):
     if model not in models:
         raise ValueError("gpu_model %r is not in gpu_models (%s)" % (model, ", ".join(sorted(models))))
     spec = models[model]
-    return {
+    result = {
         "model": model,
         "count": int(host_vars.get("gpu_count", 1)),
         "pci_device_name": spec["pci_device_name"],
@@ -71,6 +74,19 @@ def hardware(host_vars):
         "memory_gb": int(spec["memory_gb"]),
         "mig_capable": bool(spec.get("mig_capable", False)),
     }
+    # GB10's memory is the host's: NVML reports none of its own, so GFD sets no gpu.memory label.
+    if host_vars.get("lab_gpu_unified_memory"):
+        result["unified_memory"] = True
+    # A driver the host brings (DGX OS): what k8s-driver-manager's `nvidia-smi` finds, and GFD's
+    # driver-version labels.
+    if host_vars.get("lab_host_driver"):
+        result["host_driver"] = str(host_vars["lab_host_driver"])
+    return result
+
+
+def architecture(host_vars):
+    """kubernetes.io/arch of a host: the inventory's rke2_arch, amd64 when it does not say."""
+    return str(host_vars.get("rke2_arch") or "amd64")
 
 
 def node_manifest(name, host_vars):
@@ -79,7 +95,7 @@ def node_manifest(name, host_vars):
     labels = {
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",
-        "kubernetes.io/arch": "amd64",
+        "kubernetes.io/arch": architecture(host_vars),
         "type": "kwok",
     }
     host_os = dict(DEFAULT_HOST_OS, **(host_vars.get("lab_host_os") or {}))
@@ -93,7 +109,7 @@ def node_manifest(name, host_vars):
     hw = hardware(host_vars)
     if hw:
         labels[NFD_GPU_LABEL] = "true"
-        labels[NFD_DISPLAY_LABEL] = "true"
+        labels[NFD_VGA_LABEL if str(host_vars.get("lab_gpu_pci_class")) == "0300" else NFD_DISPLAY_LABEL] = "true"
         if hw["mig_capable"]:
             labels["nvidia.com/mig.capable"] = "true"
         annotations[HARDWARE_ANNOTATION] = json.dumps(hw, sort_keys=True)

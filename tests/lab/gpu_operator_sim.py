@@ -355,8 +355,8 @@ class OperatorSimulator(object):
 
     def daemonsets(self, values, version, namespace, policy, nodes):
         """One DaemonSet per enabled operand; precompiled drivers one per kernel and OS of
-        the nodes with deploy.driver=true, each also selecting its kernel
-        (object_controls.go transformPrecompiledDriverDaemonset)."""
+        the GPU nodes (gpu.present=true, whatever their deploy.driver: getKernelVersionsMap),
+        each also selecting its kernel (object_controls.go transformPrecompiledDriverDaemonset)."""
         wanted = {}
         for operand in om.OPERANDS:
             if operand.name not in self.assets or not policy["operands_enabled"].get(operand.name):
@@ -368,7 +368,7 @@ class OperatorSimulator(object):
                 continue
             if operand.name == "driver" and (values.get("driver") or {}).get("usePrecompiled"):
                 for kernel, os_tag in sorted(set(self._kernel_and_os(n) for n in nodes if (
-                        n["metadata"].get("labels") or {}).get(om.deploy_label("driver")) == om.DEPLOY_TRUE)):
+                        n["metadata"].get("labels") or {}).get(om.GPU_PRESENT_LABEL) == "true")):
                     variant = copy.deepcopy(ds)
                     variant["metadata"]["name"] = om.precompiled_driver_daemonset(kernel, os_tag)
                     variant["spec"]["template"]["spec"]["nodeSelector"][KERNEL_LABEL] = kernel

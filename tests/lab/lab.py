@@ -97,6 +97,14 @@ def build_binaries():
     return build("control-plane")
 
 
+def rke2_binary(build_missing=True):
+    """The real ``rke2`` binary (tests/lab/upstream.py says from where), built by
+    build.sh when a source is there and it is not cached yet (``build_missing``); raises
+    upstream.UpstreamMissing naming what was tried."""
+    return upstream.resolve_rke2_binary(
+        (lambda tree, key: build("rke2", tree, key)) if build_missing else None)
+
+
 def operator_opt_tree(source, key):
     """The image's /opt layout (docker/Dockerfile: assets at /opt/gpu-operator, manifests
     under it, the ClusterPolicy CRD beside them, the validator's manifests at
@@ -762,6 +770,12 @@ class Lab(object):
             build("gpu-operator", source.tree, source.key)
             operator_opt_tree(source, source.key)
             log("GPU Operator %s: the real operator, built from %s" % (OPERATOR_VERSION, source.origin))
+        try:
+            log("rke2 %s: %s (molecule/rke2 asks it)" % (upstream.RKE2_TAG, rke2_binary()))
+        except upstream.UpstreamMissing as exc:
+            if upstream.upstream_required():
+                raise LabError("%s=1 and no rke2: %s" % (upstream.REQUIRE_ENV, "; ".join(exc.tried)))
+            log("no rke2 (%s): molecule/rke2 skips its checks with the real binary" % "; ".join(exc.tried))
         return mode
 
     def roll_out_operator(self, timeout=300):
@@ -984,6 +998,9 @@ class Lab(object):
                 labels["nvidia.com/gpu.workload.config"] = host_vars["gpu_workload_config"]
             if host_vars.get("gpu_vgpu_config"):
                 labels["nvidia.com/vgpu.config"] = host_vars["gpu_vgpu_config"]
+            # gpu_operands_disabled: [driver] on a host with its own driver (gpu-spark-1).
+            for operand in host_vars.get("gpu_operands_disabled") or ():
+                labels["nvidia.com/gpu.deploy.%s" % operand] = "false"
             if labels:
                 self.core().patch_node(name, {"metadata": {"labels": labels}})
 

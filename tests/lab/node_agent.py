@@ -19,7 +19,13 @@ real operator (or, offline, tests/lab/gpu_operator_sim.py); this agent plays onl
 - the device plugins: a node advertises its workload config's resource only while its
   (sandbox) device plugin pod is Running and Ready (kubevirt-gpu-device-plugin's names for
   passthrough, the vGPU type for vGPU nodes);
-- gpu-feature-discovery: the product, memory and count labels while its pod is Ready;
+- k8s-driver-manager on a host with its own driver (the fleet's ``lab_host_driver``, a DGX
+  Spark): the driver pod's init container finds ``nvidia-smi`` working on the host, labels the
+  node ``nvidia.com/gpu.deploy.driver=pre-installed`` and fails (v0.11.0 ``uninstallDriver``:
+  ``isHostDriver``, ``disableContainerizedDriver``); the DaemonSet controller then takes the pod
+  off the node, which no longer matches its selector;
+- gpu-feature-discovery: the product, memory (none for a GPU sharing the host's memory, GB10)
+  and count labels, and the driver version labels, while its pod is Ready;
 - the CUDA sample: a pod running a ``cuda-sample`` image completes Succeeded with
   ``Test PASSED`` in its log (served through the pod log endpoint), or Failed when the
   node's chain is broken or the lab switch says so.
@@ -81,6 +87,13 @@ VALIDATED_OPERAND = {
     "driver": "driver", "toolkit": "container-toolkit", "vfio-pci": "vfio-manager",
     "vgpu-manager": "vgpu-manager", "vgpu-devices": "vgpu-device-manager", "cc-manager": "cc-manager",
 }
+# k8s-driver-manager (the driver pod's init container) on a node whose host driver works.
+DRIVER_MANAGER_CONTAINER = "k8s-driver-manager"
+HOST_DRIVER_MESSAGE = ("NVIDIA GPU driver is already pre-installed on the node, disabling the containerized driver "
+                       "(labelled %s=%s)" % (om.deploy_label("driver"), om.DEPLOY_PRE_INSTALLED))
+# gpu-feature-discovery's driver version labels (k8s-device-plugin internal/lm/nvml.go newVersionLabeler).
+DRIVER_VERSION_LABELS = ("nvidia.com/cuda.driver-version.full", "nvidia.com/cuda.driver-version.major",
+                         "nvidia.com/cuda.driver-version.minor", "nvidia.com/cuda.driver-version.revision")
 # A component that needs another's file first.
 VALIDATOR_NEEDS = {"toolkit": ("driver-ready",), "cuda": ("toolkit-ready",), "plugin": ("toolkit-ready",)}
 
@@ -119,6 +132,12 @@ def init_gate(container):
         if env.get("COMPONENT"):
             return "validate", env["COMPONENT"]
     return None
+
+
+def host_driver(node):
+    """The driver version the host brings (the fleet's lab_host_driver), or None."""
+    hw = json.loads((node["metadata"].get("annotations") or {}).get(fleet_mod.HARDWARE_ANNOTATION) or "null") or {}
+    return hw.get("host_driver")
 
 
 def node_files(node):
@@ -334,10 +353,25 @@ class NodeAgent(object):
                 break
         for pod in operand_pods:
             self._set_pod_state(pod, states[pod["metadata"]["uid"]], node_boot(by_name[pod["spec"]["nodeName"]]))
+        self._driver_manager(operand_pods, by_name)
         for name, node in by_name.items():
             if files[name] != node_files(node):
                 self.core.patch_node(name, {"metadata": {"annotations": {
                     VALIDATIONS_ANNOTATION: ",".join(sorted(files[name])) or None}}})
+                self.changes += 1
+
+    def _driver_manager(self, operand_pods, by_name):
+        """k8s-driver-manager's answer to a host driver: the node's deploy.driver label becomes
+        pre-installed (the operator keeps a value it finds)."""
+        for pod in operand_pods:
+            operand = om.operand_of_pod(pod["metadata"].get("labels"))
+            node = by_name[pod["spec"]["nodeName"]]
+            labels = node["metadata"].get("labels") or {}
+            if operand.name == "driver" and host_driver(node) and \
+                    labels.get(om.deploy_label("driver")) != om.DEPLOY_PRE_INSTALLED:
+                self.core.patch_node(node["metadata"]["name"], {"metadata": {"labels": {
+                    om.deploy_label("driver"): om.DEPLOY_PRE_INSTALLED}}})
+                labels[om.deploy_label("driver")] = om.DEPLOY_PRE_INSTALLED
                 self.changes += 1
 
     def _provided_on(self, operand_name, node, ready, targets):
@@ -352,6 +386,9 @@ class NodeAgent(object):
         the files a validator init container produces into ``files``."""
         operand = om.operand_of_pod(pod["metadata"].get("labels"))
         annotations = pod["metadata"].get("annotations") or {}
+        if operand.name == "driver" and host_driver(node):
+            return {"phase": "Pending", "ready": False, "blocked": DRIVER_MANAGER_CONTAINER,
+                    "message": HOST_DRIVER_MESSAGE}
         initialized = annotations.get(INITIALIZED_ANNOTATION) == node_boot(node)
         if not initialized:
             for container in pod["spec"].get("initContainers") or ():
@@ -522,11 +559,32 @@ class NodeAgent(object):
                 continue
             labels = node["metadata"].get("labels") or {}
             wanted = {"nvidia.com/gpu.product": hw.get("product") or "NVIDIA-%s" % hw["model"],
-                      "nvidia.com/gpu.memory": str(hw["memory_gb"] * 1024), "nvidia.com/gpu.count": str(hw["count"])}
+                      "nvidia.com/gpu.count": str(hw["count"])}
+            # NVML has no memory of its own for GB10 (nvidia-smi: "Not Supported"): GFD sets no memory label.
+            if not hw.get("unified_memory"):
+                wanted["nvidia.com/gpu.memory"] = str(hw["memory_gb"] * 1024)
+            version = self._driver_version(node, pods)
+            if version:
+                parts = (version.split(".") + ["", ""])[:3]
+                wanted.update(zip(DRIVER_VERSION_LABELS, [version] + parts))
             patch = dict((k, v) for k, v in wanted.items() if labels.get(k) != v)
             if patch:
                 self.core.patch_node(node["metadata"]["name"], {"metadata": {"labels": patch}})
                 self.changes += 1
+
+    @staticmethod
+    def _driver_version(node, pods):
+        """The driver NVML reports on the node: the host's, else the Ready driver pod's (its image
+        tag is <version>-<os>)."""
+        if host_driver(node):
+            return host_driver(node)
+        for pod in pods:
+            operand = om.operand_of_pod(pod["metadata"].get("labels"))
+            if operand and operand.name == "driver" and pod["spec"].get("nodeName") == node["metadata"]["name"] \
+                    and pod_running_ready(pod):
+                tag = pod["spec"]["containers"][0]["image"].rpartition(":")[2]
+                return tag.split("-", 1)[0] if tag and tag[0].isdigit() else None
+        return None
 
     @staticmethod
     def _operands_settled(daemonsets, pods, nodes):

@@ -18,7 +18,9 @@ STUB = """#!/bin/bash
 echo "$(basename "$0") $*" >> "$STUB_LOG"
 ref="${@: -1}"; ref="${ref#docker://}"
 case "$1" in
-  inspect|manifest) for m in $STUB_MISSING; do [ "$m" = "$ref" ] && exit 1; done; exit 0 ;;
+  inspect|manifest) for m in $STUB_MISSING; do [ "$m" = "$ref" ] && exit 1; done
+                    for m in $STUB_AMD64_ONLY; do [ "$m" = "$ref" ] && { echo "$AMD64_INDEX"; exit 0; }; done
+                    echo "$BOTH_INDEX"; exit 0 ;;
   copy) src="${@: -2:1}"; src="${src#docker://}"
         for m in $STUB_FAIL_COPY; do [ "$m" = "$src" ] && exit 1; done; exit 0 ;;
 esac
@@ -40,7 +42,7 @@ def mirror():
 def _bin(tmp_path, tools):
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    for name in ("bash", "sed", "timeout", "basename"):
+    for name in ("bash", "sed", "timeout", "basename", "grep"):
         for folder in ("/usr/bin", "/bin"):
             if os.path.exists(os.path.join(folder, name)):
                 os.symlink(os.path.join(folder, name), str(bindir / name))
@@ -52,13 +54,22 @@ def _bin(tmp_path, tools):
     return bindir
 
 
-def run(tmp_path, plan_text, tools=("skopeo",), args=(), missing="", fail_copy=""):
+# What the stand-in registry answers: an index of both platforms, or (STUB_AMD64_ONLY) of amd64 alone.
+BOTH_INDEX = ('{"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": ['
+              '{"digest": "sha256:aa", "platform": {"architecture": "amd64", "os": "linux"}}, '
+              '{"digest": "sha256:bb", "platform": {"architecture": "arm64", "os": "linux"}}]}')
+AMD64_INDEX = ('{"schemaVersion": 2, "manifests": [{"digest": "sha256:aa", "platform": {"architecture": "amd64", '
+               '"os": "linux"}}]}')
+
+
+def run(tmp_path, plan_text, tools=("skopeo",), args=(), missing="", fail_copy="", amd64_only=""):
     plan = tmp_path / "images.txt"
     plan.write_text(plan_text)
     log = tmp_path / "calls.log"
     log.write_text("")
     env = {"PATH": str(_bin(tmp_path, tools)), "STUB_LOG": str(log), "STUB_MISSING": missing,
-           "STUB_FAIL_COPY": fail_copy}
+           "STUB_FAIL_COPY": fail_copy, "STUB_AMD64_ONLY": amd64_only, "BOTH_INDEX": BOTH_INDEX,
+           "AMD64_INDEX": AMD64_INDEX}
     proc = subprocess.run(["/bin/bash", SCRIPT] + list(args) + [str(plan)], capture_output=True, text=True, env=env,
                           check=False)
     return proc, log.read_text().splitlines()
@@ -139,3 +150,24 @@ def test_a_plan_without_a_mirror_is_refused(tmp_path, mirror):
     assert proc.returncode == 1
     assert "line 1 has no mirror" in proc.stderr and "gpu_operator_image_registry" in proc.stderr
     assert calls == []
+
+
+MIXED_PLAN = ("nvcr.io/nvidia/k8s-device-plugin:v0.19.2 -> {m}/nvidia/k8s-device-plugin:v0.19.2  # device-plugin "
+              "[linux/amd64, linux/arm64]\n"
+              "nvcr.io/nvidia/driver:580.126.20-ubuntu24.04 -> {m}/nvidia/driver:580.126.20-ubuntu24.04  # driver "
+              "[linux/amd64]\n")
+
+
+def test_a_mixed_architecture_plan_copies_when_every_index_has_its_platforms(tmp_path, mirror):
+    proc, calls = run(tmp_path, MIXED_PLAN.format(m=mirror),
+                      amd64_only="nvcr.io/nvidia/driver:580.126.20-ubuntu24.04")
+    assert proc.returncode == 0, proc.stderr
+    assert len([c for c in calls if c.startswith("skopeo copy --all")]) == 2
+
+
+def test_an_image_without_an_arm64_variant_for_arm64_nodes_is_refused_before_copying(tmp_path, mirror):
+    proc, calls = run(tmp_path, MIXED_PLAN.format(m=mirror), amd64_only="nvcr.io/nvidia/k8s-device-plugin:v0.19.2")
+    assert proc.returncode == 1
+    assert "nvcr.io/nvidia/k8s-device-plugin:v0.19.2 lacks linux/arm64" in proc.stderr
+    assert "nothing was copied" in proc.stderr
+    assert not [c for c in calls if " copy " in " %s " % c]

@@ -77,8 +77,8 @@ def test_h200_vm_as_read_on_real_hardware(tmp_path):
     assert (gpu["name"], gpu["model"], gpu["architecture"], gpu["driver"], gpu["iommu_group"]) == \
         ("GH100 [H200 SXM 141GB]", "H200", "hopper", "nvidia", None)
     assert gpu["sriov"] == {"capable": False, "total_vfs": 0, "num_vfs": 0}
-    assert facts["host_driver"] == {"loaded": True, "version": "580.159.04", "kernel_module": None,
-                                    "libnvidia_ml": "/usr/lib/libnvidia-ml.so.1", "nvidia_smi": "/usr/bin/nvidia-smi",
+    assert facts["host_driver"] == {"loaded": True, "version": "580.159.04", "kernel_modules": "open",
+                                    "packages": {}, "kernel_module": None, "libnvidia_ml": "/usr/lib/libnvidia-ml.so.1", "nvidia_smi": "/usr/bin/nvidia-smi",
                                     "operator_managed": False, "preinstalled": True}
     assert facts["iommu"]["enabled"] is False
 

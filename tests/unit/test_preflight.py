@@ -39,8 +39,11 @@ def test_clean_a10_container_host_passes_and_fills_the_inventory(tmp_path):
     result = decide({"gpu-1": host(facts(tmp_path, a10_host), gpu_workload_config="container")})
     assert result["ok"] is True
     assert result["findings"] == []
+    # A 5.15 kernel has no /proc/sys/kernel/arch and the fake tree passes no uname -m: architecture unknown.
     assert result["nodes"]["gpu-1"] == {"workload_config": "container", "effective_workload_config": "container",
-                                        "driver_operand": "expected", "deploy_driver_false": False}
+                                        "driver_operand": "expected", "deploy_driver_false": False,
+                                        "driver_source": "container", "architecture": None, "gpu_models": ["A10"],
+                                        "host_driver": {"version": None, "kernel_modules": None}}
     assert result["defaults"] == {"driver_enabled": True, "nodes": {"gpu-1": {
         "gpu_count": 2, "gpu_model": "A10", "gpu_pci_device_name": "GA102GL [A10]",
         "passthrough_resources": {"nvidia.com/GA102GL_A10": 2},
@@ -337,7 +340,7 @@ def test_default_profile_needs_no_psa_fix(tmp_path):
 # ---------------------------------------------------------------- chart decisions
 
 def test_chart_defaults():
-    assert chart_decisions() == {"driver_enabled": True, "sandbox_workloads_enabled": False,
+    assert chart_decisions() == {"driver_enabled": True, "toolkit_enabled": True, "sandbox_workloads_enabled": False,
                                  "cdi_nri_plugin_enabled": False, "psa_enabled": False, "namespace": "gpu-operator"}
     assert chart_decisions({"driver_enabled": "false", "psa_enabled": None})["driver_enabled"] is False
 

@@ -236,6 +236,24 @@ def test_the_operator_step_comes_first_and_shows_its_pods_reasons():
     assert detail["steps"][rd.STEP_OPERATOR]["message"] == "Deployment gpu-operator/gpu-operator: Deployment not found"
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    # The new ReplicaSet's pod not ready yet: the old one keeps the Deployment Available.
+    (dict(updated=0, old=1), "rollout in progress: 0 of 1 replicas updated"),
+    (dict(updated=1, old=1), "rollout in progress: 1 old replicas pending termination"),
+])
+def test_an_operator_deployment_mid_upgrade_is_not_available(kwargs, message):
+    # Condition Available=True, availableReplicas >= 1: what the old check accepted.
+    mid_upgrade = deployment(**kwargs)
+    assert mid_upgrade["status"]["availableReplicas"] >= 1
+    assert rd.deployment_available(mid_upgrade) == (False, message)
+
+
+def test_an_operator_deployment_whose_updated_replicas_are_not_available_is_not_available():
+    rolled = deployment()
+    rolled["status"]["availableReplicas"] = 0
+    assert rd.deployment_available(rolled) == (False, "0/1 replicas available")
+
+
 def test_a_deployment_whose_new_generation_is_not_observed_is_not_available():
     assert rd.deployment_available(deployment(generation=3, observed=2)) == (
         False, "rollout of generation 3 not observed yet")
@@ -503,7 +521,10 @@ def sample(phase="Pending", terminated=None, waiting=None, unschedulable=None, n
 @pytest.mark.parametrize("pod, expected", [
     (sample("Succeeded", {"exitCode": 0, "reason": "Completed"}), (True, "Completed")),
     (sample("Failed", {"exitCode": 1, "reason": "Error"}), (True, "Error, exit code 1")),
-    (sample(waiting="ImagePullBackOff"), (True, "ImagePullBackOff: back-off pulling")),
+    (sample(waiting="InvalidImageName"), (True, "InvalidImageName: back-off pulling")),
+    # The kubelet retries these: a mirror that comes up, a runtime back from its restart.
+    (sample(waiting="ImagePullBackOff"), (False, "ImagePullBackOff")),
+    (sample(waiting="CreateContainerError"), (False, "CreateContainerError")),
     (sample(waiting="ContainerCreating"), (False, "ContainerCreating")),
     (sample(unschedulable="0/6 nodes are available: 6 Insufficient nvidia.com/gpu."),
      (False, "Pending: 0/6 nodes are available: 6 Insufficient nvidia.com/gpu.")),

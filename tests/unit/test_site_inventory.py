@@ -146,11 +146,38 @@ def test_two_servers_warn_about_etcd_quorum():
     (dict(gpu_models={"A10": {"pci_device_name": "x"}}), "gpu_models.A10.pci_vendor_selector: is required"),
     (dict(gpu_operator={"Sandbox-Workloads": {}}), "gpu_operator.Sandbox-Workloads: is not a variable name"),
     (dict(hosts=[]), "hosts: unknown key"),
+    (dict(nodes__1__arch="aarch64"), "nodes[1].arch: 'aarch64' is not one of amd64, arm64 (as kubernetes.io/arch"),
     (dict(schema=2), "schema: version 2 is not supported"),
 ])
 def test_each_problem_names_its_key(changes, needle):
     problems = _problems(_site(**changes))
     assert any(needle in p for p in problems), problems
+
+
+def test_a_hosts_architecture_becomes_rke2_arch_and_its_image_archives():
+    site = _site(nodes__1__arch="arm64", nodes__0__arch="amd64",
+                 rke2__artifacts={"source": "local", "dir": "/srv/airgap",
+                                  "images": ["rke2-images-core.linux-amd64.tar.zst", "rke2-images-canal.linux-amd64.tar.zst"]})
+    hosts, group_vars = si.inventory(site)
+    agents, servers = hosts["all"]["children"]["rke2_agents"]["hosts"], hosts["all"]["children"]["rke2_servers"]["hosts"]
+    assert agents["gpu-1"]["rke2_arch"] == "arm64"
+    assert agents["gpu-1"]["rke2_images"] == ["rke2-images-core.linux-arm64.tar.zst",
+                                              "rke2-images-canal.linux-arm64.tar.zst"]
+    # A host of the list's own architecture keeps the site-wide list; one that does not say gets nothing.
+    assert servers["cp-1"]["rke2_arch"] == "amd64" and "rke2_images" not in servers["cp-1"]
+    assert "rke2_arch" not in agents["gpu-2"]
+    assert group_vars["rke2_images"] == ["rke2-images-core.linux-amd64.tar.zst", "rke2-images-canal.linux-amd64.tar.zst"]
+
+
+def test_a_site_with_arm64_hosts_gives_every_hosts_architecture():
+    site = _site(nodes__1__arch="arm64")
+    assert si.validate(site) == []
+    problems = si.render_problems(site)
+    assert "nodes[0].arch: cp-1 does not give its architecture, and the site has arm64 hosts: give every host's " \
+           "(amd64, arm64)" in problems
+    assert [p for p in problems if p.startswith("nodes[1].arch")] == []
+    # amd64 alone needs no declaration from the others.
+    assert not [p for p in si.render_problems(_site(nodes__1__arch="amd64")) if ".arch:" in p]
 
 
 def test_every_problem_is_reported_at_once():
@@ -204,4 +231,11 @@ def test_committed_tirosh_home_inventory_is_what_its_site_file_renders(tmp_path)
     assert result["groups"]["rke2_servers"] == ["tirosh-cp-1"]
     hosts = yaml.safe_load(open(os.path.join(dest, "hosts.yml")))
     gpus = hosts["all"]["children"]["gpu_nodes"]["hosts"]
-    assert sorted(g["gpu_workload_config"] for g in gpus.values()) == ["container", "vm-passthrough", "vm-vgpu"]
+    assert sorted(g["gpu_workload_config"] for g in gpus.values()) == [
+        "container", "container", "vm-passthrough", "vm-vgpu"]
+    # The DGX Spark: arm64, its own driver, RKE2's image archives for its architecture.
+    spark = hosts["all"]["children"]["rke2_agents"]["hosts"]["tirosh-spark-1"]
+    assert (spark["rke2_arch"], spark["rke2_images"]) == ("arm64", ["rke2-images-core.linux-arm64.tar.zst",
+                                                                    "rke2-images-canal.linux-arm64.tar.zst"])
+    assert gpus["tirosh-spark-1"] == {"gpu_workload_config": "container", "gpu_model": "GB10", "gpu_count": 1,
+                                      "gpu_operands_disabled": ["driver"], "gpu_os_tag": "ubuntu24.04"}

@@ -116,7 +116,7 @@ def test_a_registry_secret_must_be_a_reference():
 def test_node_keys_point_into_the_site_file():
     assert si.node_keys(_example()) == {"tirosh-cp-1": "nodes[0]", "tirosh-gpu-1": "nodes[1]",
                                         "tirosh-gpu-2": "nodes[2]", "tirosh-gpu-3": "nodes[3]",
-                                        "tirosh-cpu-1": "nodes[4]"}
+                                        "tirosh-spark-1": "nodes[4]", "tirosh-cpu-1": "nodes[5]"}
 
 
 def test_module_refuses_an_incomplete_site_before_writing_naming_the_key_and_the_command(tmp_path):

@@ -46,7 +46,7 @@ def test_a_node_without_host_facts_is_not_checked_below_kubernetes(tmp_path):
     assert other["layers"]["host-driver"]["state"] == vr.NOT_CHECKED
     assert other["host_facts"] is None
     assert other["status"] == "ok" and report["passed"]
-    assert "| gpu-other | container | nvidia.com/gpu=2 | - | - | ok |" in vr.to_markdown(report)
+    assert "| gpu-other | - | - | - | container | nvidia.com/gpu=2 | - | - | ok |" in vr.to_markdown(report)
 
 
 def test_a_gpu_node_whose_host_shows_no_gpu_fails_at_the_hardware_layer(tmp_path):
@@ -166,4 +166,5 @@ def test_a_node_whose_operands_are_paused_is_reported_paused():
         "detail": "nothing advertised while dcgm-exporter, device-plugin, gpu-feature-discovery are paused"}
     assert node["layers"][om.LAYER_DRIVER]["state"] == vr.OK
     assert report["passed"] is True and report["summary"] == "2 GPU nodes verified: 1 ok, 1 paused"
-    assert "| gpu-mig-1 | container | - | - | - | ok | ok | paused | paused | - | paused |" in vr.to_markdown(report)
+    assert "| gpu-mig-1 | - | - | version unknown (container) | container | - | - | - | ok | ok | paused | paused | - " \
+        "| paused |" in vr.to_markdown(report)
