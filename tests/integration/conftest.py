@@ -8,6 +8,7 @@ import tempfile
 import pytest
 
 from tests.lab.fleet import LAB_OPERATOR_VALUES
+from tests.lab import upstream
 from tests.lab.lab import Lab
 
 # The operator values the suite's clean fleet runs with (the lab's own, tests/lab/fleet.py).
@@ -58,6 +59,10 @@ def real_operator(lab):
     """The lab, when it runs the real GPU Operator; the suites that judge the collection
     by the real operator, chart and helm are skipped (offline only: CI requires it)."""
     if lab.mode != "real":
+        # Under LAB_REQUIRE_UPSTREAM=1 (CI) the lab refuses to start without the source; this
+        # says the same should a lab come up simulated anyway.
+        if upstream.upstream_required():
+            pytest.fail("LAB_REQUIRE_UPSTREAM=1, yet the lab runs the offline simulator")
         pytest.skip("needs the GPU Operator's upstream source (GPU_OPERATOR_SRC, ../shared/upstream/"
                     "gpu-operator-v26.3.2.tar.gz, or a clone of the tag): this lab runs the offline simulator")
     return lab

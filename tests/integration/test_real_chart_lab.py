@@ -21,6 +21,7 @@ from kubernetes import client
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
 from tests.integration.modules import run_module
 from tests.lab.fleet import ROOT, LAB_OPERATOR_VALUES
+from tests.lab import upstream
 from tests.lab.upstream import OPERATOR_TAG
 from tests.unit import test_gpu_operator_chart as chart_tests
 
@@ -117,6 +118,8 @@ def test_a_value_the_chart_refuses_fails_the_install_job_with_helms_message(real
 @pytest.mark.parametrize("path", SITE_ARGOCD, ids=lambda p: os.path.relpath(p, ROOT))
 def test_every_argo_cd_object_a_site_renders_passes_argo_cds_own_schema(real_operator, path):
     if not real_operator.state().get("argocd_crds"):
+        if upstream.upstream_required():
+            pytest.fail("LAB_REQUIRE_UPSTREAM=1, yet the lab has no Argo CD CRDs")
         pytest.skip("the lab found no Argo CD CRDs (ARGOCD_CRDS or ../shared/upstream/argo-cd-v3.5.1-crds)")
     with open(path) as handle:
         documents = [d for d in yaml.safe_load_all(handle) if d]
