@@ -126,8 +126,17 @@ integration: venv lab-build ## lab integration tests (brings the lab up for the 
 
 molecule: venv lab-build ## molecule scenarios
 	$(call say,molecule scenarios)
+	@# Each scenario's output is kept in .build/molecule-<scenario>.log; on a failure the failed tasks are printed
+	@# again at the end, where a CI log's tail shows them (molecule's own summary names only the playbook).
 	@if ls molecule/*/molecule.yml >/dev/null 2>&1; then \
-	  for s in $$(ls molecule); do PATH=$(BIN):$$PATH $(BIN)/molecule test -s $$s; done; \
+	  for s in $$(ls molecule); do \
+	    log=$(ROOT)/.build/molecule-$$s.log; \
+	    if ! PATH=$(BIN):$$PATH $(BIN)/molecule test -s $$s 2>&1 | tee $$log; then \
+	      echo "molecule $$s failed; its failed tasks (full log: $$log):"; \
+	      sed 's/\x1b\[[0-9;]*m//g' $$log | grep -E -A12 '(fatal|failed): \[' | cut -c1-400 | tail -n 60; \
+	      exit 1; \
+	    fi; \
+	  done; \
 	else echo "no molecule scenarios yet"; fi
 
 build-collection: venv ## build the collection tarball, install it, render every module's docs

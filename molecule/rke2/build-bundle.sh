@@ -40,8 +40,13 @@ for script in rke2-killall.sh rke2-uninstall.sh; do
     printf '#!/bin/sh\necho "%s: stub built by molecule/rke2, not part of RKE2" >&2\nexit 1\n' "$script" > "$work/bin/$script"
 done
 if [ -n "$real_rke2" ]; then
-    "$real_rke2" --version | grep -q "^rke2 version $version " || {
-        echo "build-bundle.sh: $real_rke2 is not rke2 $version" >&2; exit 1; }
+    # Read the whole answer first: grep -q would stop reading after the first line, and under pipefail the
+    # binary's SIGPIPE on its second line ("go version ...") fails the check at random.
+    real_version=$("$real_rke2" --version)
+    case $real_version in
+        "rke2 version $version "*) ;;
+        *) echo "build-bundle.sh: $real_rke2 is not rke2 $version (it says: ${real_version%%$'\n'*})" >&2; exit 1 ;;
+    esac
     cp "$real_rke2" "$work/bin/rke2"
 fi
 chmod 0755 "$work"/bin/*
