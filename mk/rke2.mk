@@ -21,3 +21,7 @@ rke2/agent/install: venv ## step 3: install or upgrade SITE's RKE2 agents, one a
 
 rke2/kubeconfig: venv ## step 4: merge SITE's cluster into the operator's kubeconfig (context SITE)
 	$(PLAYBOOK) playbooks/kubeconfig.yml $(RKE2_ARGS)
+
+.PHONY: rke2/uninstall
+rke2/uninstall: venv ## uninstall RKE2 from SITE's nodes (the release's rke2-uninstall.sh; destroys the cluster): CONFIRM=SITE
+	$(PLAYBOOK) playbooks/rke2_uninstall.yml -e rke2_uninstall_confirm='$(CONFIRM)' $(RKE2_ARGS)

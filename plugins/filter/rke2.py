@@ -4,16 +4,23 @@
 """Filters of the rke2 role: the content of config.yaml from typed variables, the
 release version in ``rke2 --version`` output, the upgrade rule, how a node takes part in
 the cluster and which token it joins with, the host's release architecture and the air-gap
-folder's checks, and the service's restart and start failure. Documentation in the sidecar
+folder's checks, the service's restart and start failure, kube-vip's static pod for a fixed API
+address, the agents' version skew, an RPM install the tarball must not be unpacked over, and the
+HelmChartConfigs of the charts RKE2 deploys. Documentation in the sidecar
 files of the same names (rke2_config.yml, ...)."""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
+
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2_api_vip
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2_charts
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2_install
 
 
 def rke2_config(role, **kwargs):
@@ -86,6 +93,43 @@ def rke2_start_failure(journal, unit, action, rc, timeout):
     return rke2.start_failure(unit, action, int(rc), int(timeout), journal)
 
 
+def rke2_kube_vip_manifest(vip, interface="", image="", node_address="", api_address="", taken=None,
+                           host="this host", airgapped=False, system_default_registry="", mirrors=None):
+    image = image or rke2_api_vip.default_image(system_default_registry or "")
+    found = _failing(rke2_api_vip.problems, vip, interface or "", node_address or "", api_address or "",
+                     list(taken or []), host, bool(airgapped), system_default_registry or "", dict(mirrors or {}), image)
+    if found:
+        raise AnsibleFilterError("; ".join(found))
+    return rke2_api_vip.manifest(vip, interface, image)
+
+
+def rke2_agent_skew_error(host, target, server_outputs):
+    return _failing(rke2_install.agent_skew_error, host, target, dict(server_outputs or {}))
+
+
+def rke2_package_install_error(host, rpm_rc=None, rpm_output="", rpm_binary_exists=False):
+    return rke2_install.package_install_error(host, None if rpm_rc is None else int(rpm_rc), rpm_output or "",
+                                              bool(rpm_binary_exists))
+
+
+def rke2_helm_chart_config_files(values, cni, canal_interface="", canal_mtu=0, header="", written=None):
+    # Through JSON: plain dicts, lists and strings for the YAML dumper, not Ansible's tagged values.
+    values = json.loads(json.dumps(values or {}))
+    return _failing(rke2_charts.helm_chart_config_files, values, cni, canal_interface or "",
+                    int(canal_mtu or 0), header or "", list(written or []))
+
+
+def rke2_install_prefix(probe, installed=None, wanted="", host="this host"):
+    # probe: "mountpoint=<rc of mountpoint -q /usr/local>" and "writable=<rc of test -w /usr/local>" lines.
+    rcs = dict(line.split("=", 1) for line in (probe or "").splitlines() if "=" in line)
+    return _failing(rke2_install.install_prefix, list(installed or []), rcs.get("mountpoint") == "0",
+                    rcs.get("writable", "0") == "0", wanted or "", host)
+
+
+def rke2_unit_for_prefix(unit_text, prefix):
+    return rke2_install.unit_for_prefix(unit_text or "", prefix)
+
+
 class FilterModule(object):
     def filters(self):
         return {
@@ -99,4 +143,10 @@ class FilterModule(object):
             "rke2_archives_for_arch": rke2_archives_for_arch,
             "rke2_restart_reason": rke2_restart_reason,
             "rke2_start_failure": rke2_start_failure,
+            "rke2_kube_vip_manifest": rke2_kube_vip_manifest,
+            "rke2_agent_skew_error": rke2_agent_skew_error,
+            "rke2_package_install_error": rke2_package_install_error,
+            "rke2_helm_chart_config_files": rke2_helm_chart_config_files,
+            "rke2_install_prefix": rke2_install_prefix,
+            "rke2_unit_for_prefix": rke2_unit_for_prefix,
         }

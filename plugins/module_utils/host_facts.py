@@ -44,6 +44,7 @@ import json
 import os
 import re
 
+from ansible_collections.gpuplatform.rke2.plugins.module_utils.k8s_objects import describe
 from ansible_collections.gpuplatform.rke2.plugins.module_utils.rke2 import CONFIG_DIR as RKE2_CONFIG_DIR
 from ansible_collections.gpuplatform.rke2.plugins.module_utils.rke2 import DATA_DIR as RKE2_DEFAULT_DATA_DIR
 from ansible_collections.gpuplatform.rke2.plugins.module_utils.rke2 import version_in_output as parse_rke2_version
@@ -364,7 +365,8 @@ def flat_yaml(text):
 
 def psa_from_admission_config(document):
     """(default enforce level, exempt namespaces) from an AdmissionConfiguration (or a bare
-    PodSecurityConfiguration); ``(None, None)`` when it has no PodSecurity plugin."""
+    PodSecurityConfiguration); ``(None, None)`` when it has no PodSecurity plugin; ValueError
+    when its defaults or exemptions have another shape."""
     if not isinstance(document, dict):
         return None, None
     config = None
@@ -377,7 +379,15 @@ def psa_from_admission_config(document):
         return None, None
     defaults = config.get("defaults") or {}
     exemptions = config.get("exemptions") or {}
-    return defaults.get("enforce", "privileged"), list(exemptions.get("namespaces") or ())
+    if not isinstance(defaults, dict) or not isinstance(exemptions, dict):
+        raise ValueError("defaults and exemptions must be mappings")
+    enforce = defaults.get("enforce", "privileged")
+    namespaces = exemptions.get("namespaces") or []
+    # A level and a list of names, or the file is not one the API server reads: say so.
+    if (enforce is not None and not isinstance(enforce, str)) or not isinstance(namespaces, list) \
+            or not all(isinstance(name, str) for name in namespaces):
+        raise ValueError("defaults.enforce must be a level and exemptions.namespaces a list of namespace names")
+    return enforce, list(namespaces)
 
 
 # ---------------------------------------------------------------- readers over a tree
@@ -541,6 +551,9 @@ def docker(reader, packages, run=None):
         except ValueError as exc:
             reader.errors.append({"path": DOCKER_DAEMON_JSON, "error": "not JSON: %s" % exc})
     daemon = daemon if isinstance(daemon, dict) else {}
+    if daemon.get("default-runtime") is not None and not isinstance(daemon["default-runtime"], str):
+        reader.errors.append({"path": DOCKER_DAEMON_JSON, "error": "default-runtime is %s, not a runtime name"
+                                                                   % describe(daemon.pop("default-runtime"))})
     return {
         "installed": bool(binary or version),
         "binary": binary,
@@ -570,6 +583,10 @@ def container_toolkit(reader, packages, run=None):
     }
 
 
+# The options of RKE2's config that the facts read as paths.
+_RKE2_PATH_OPTIONS = ("data-dir", "pod-security-admission-config-file")
+
+
 def rke2_config(reader):
     """RKE2's merged config (config.yaml, then config.yaml.d/*.yaml in name order, later wins)
     and the files it came from."""
@@ -588,6 +605,11 @@ def rke2_config(reader):
             continue
         files.append(path)
         if isinstance(document, dict):
+            for key in _RKE2_PATH_OPTIONS:
+                if key in document and not (isinstance(document[key], str) and document[key]):
+                    # RKE2 would not start with it; the facts read the default and say why.
+                    reader.errors.append({"path": path, "error": "%s is %s, not a path: read as unset"
+                                                                 % (key, describe(document.pop(key)))})
             merged.update(document)
     return merged, files
 

@@ -327,10 +327,28 @@ _CLUSTERPOLICY_SPEC.update({
     "migManager": mapping({"enabled": _boolean, "config": _CONFIG}),
     "vgpuDeviceManager": mapping({"enabled": _boolean, "config": _CONFIG}),
 })
+# Chart values share these keys (the chart renders its ClusterPolicy from them).
+CLUSTERPOLICY_SPEC = mapping(_CLUSTERPOLICY_SPEC)
 CLUSTERPOLICY = mapping({
     "metadata": _metadata(),
-    "spec": mapping(_CLUSTERPOLICY_SPEC),
+    "spec": CLUSTERPOLICY_SPEC,
     "status": mapping({"state": _string, "namespace": _string, "conditions": _CONDITIONS}),
+}, required=("metadata",))
+
+# What gpu_node_labels reads: of a Node its labels, the annotations this collection writes
+# there (the label keys it owns, its drain cordon) and whether it is cordoned; of the pods
+# on a node whose workload config switches, the GPU resources they ask for (the keys of
+# requests and limits), whether they still run, and how a KubeVirt VM names its pod.
+LABELLED_NODE = mapping({
+    "metadata": _metadata(annotations=_string_map),
+    "spec": mapping({"unschedulable": _boolean}),
+}, required=("metadata",))
+_RESOURCE_CONTAINERS = list_of(mapping({"name": _string, "resources": mapping({
+    "requests": _quantity_map, "limits": _quantity_map})}))
+GPU_WORKLOAD_POD = mapping({
+    "metadata": _metadata(uid=_string, annotations=_string_map),
+    "spec": mapping({"containers": _RESOURCE_CONTAINERS, "initContainers": _RESOURCE_CONTAINERS}),
+    "status": mapping({"phase": _string}),
 }, required=("metadata",))
 
 SHAPES = {"Node": NODE, "Pod": POD, "DaemonSet": DAEMONSET, "Deployment": DEPLOYMENT, "Job": JOB,
@@ -355,11 +373,11 @@ def identity(kind, obj):
     return text if text.isprintable() and " " not in text else json.dumps(text)
 
 
-def problem(kind, obj):
-    """What is wrong with ``obj`` as a ``kind``, as ``<field> is ..., expected ...``; None
-    when nothing is."""
+def problem(kind, obj, shape=None):
+    """What is wrong with ``obj`` as a ``kind`` (read as ``shape``, by default the kind's),
+    as ``<field> is ..., expected ...``; None when nothing is."""
     try:
-        SHAPES[kind](obj)
+        (shape or SHAPES[kind])(obj)
     except _Bad as bad:
         path = field_path(reversed(bad.path))
         if bad.missing:
@@ -368,21 +386,22 @@ def problem(kind, obj):
     return None
 
 
-def refusal(kind, obj, where=None):
+def refusal(kind, obj, where=None, shape=None):
     """The MalformedObject for ``obj``: ``<where> <namespace/name>: <problem>``, where
     ``where`` is its place in a list (``pods[12]``), else the kind."""
     name = identity(kind, obj)
-    return MalformedObject("%s%s: %s" % (where or kind, " " + name if name else "", problem(kind, obj)))
+    return MalformedObject("%s%s: %s" % (where or kind, " " + name if name else "", problem(kind, obj, shape)))
 
 
-def read(kind, obj, where=None):
+def read(kind, obj, where=None, shape=None):
     """``obj`` (a ``kind`` as the API returns it: camelCase keys) when the collection can
     read it; else MalformedObject naming ``where`` (its place in a list) or the kind, the
-    object and the field."""
+    object and the field. ``shape``: what one reader reads of the kind (LABELLED_NODE),
+    instead of what the checks and the waits read."""
     try:
-        SHAPES[kind](obj)
+        (shape or SHAPES[kind])(obj)
     except _Bad:
-        raise refusal(kind, obj, where)
+        raise refusal(kind, obj, where, shape)
     return obj
 
 
@@ -394,15 +413,15 @@ def _check_list(kind, objs, where):
     return objs
 
 
-def read_all(kind, objs, where):
-    """``objs``, a list of ``kind`` objects (None: none), each read; ``where`` names the
-    list in a refusal: ``nodes`` -> ``nodes[3] gpu-1: ...``."""
-    shape = SHAPES[kind]
+def read_all(kind, objs, where, shape=None):
+    """``objs``, a list of ``kind`` objects (None: none), each read (as ``shape``, see
+    read); ``where`` names the list in a refusal: ``nodes`` -> ``nodes[3] gpu-1: ...``."""
+    shape = shape or SHAPES[kind]
     for index, obj in enumerate(_check_list(kind, objs, where)):
         try:
             shape(obj)
         except _Bad:
-            raise refusal(kind, obj, "%s[%d]" % (where, index))
+            raise refusal(kind, obj, "%s[%d]" % (where, index), shape)
     return list(objs or ())
 
 

@@ -638,6 +638,8 @@ def _evaluate_node(node, pods_by_operand, policy_, tolerations, chains, inventor
         # GFD's product and the driver NVML reports (absent until GFD ran there).
         "architecture": labels.get(om.ARCH_LABEL), "gpu_product": labels.get(om.GPU_PRODUCT_LABEL),
         "driver_version": labels.get(om.DRIVER_VERSION_LABEL),
+        # The kubelet's version: an RKE2 node reports RKE2's (v1.34.1+rke2r1).
+        "kubelet_version": (status.get("nodeInfo") or {}).get("kubeletVersion"),
     }
     advertised = report["advertised"]
 
@@ -742,6 +744,33 @@ def evaluate(nodes, pods, policy, daemonsets=None, isolated_nodes=()):
     return {"nodes": reports, "findings": findings}
 
 
+def running_images(reports, pods, namespace):
+    """The images the operator and the operands run, for the report's versions: ``{"operator":
+    {image: pods}, "operands": {operand: {image: GPU nodes}}}``, each pod's first container (the
+    operand's own; init containers and sidecars come from other images), terminating pods left
+    out. One pass over the pods of ``namespace``, which ``evaluate`` has read (k8s_objects): the
+    others are not looked at."""
+    gpu_nodes = set(name for name, report in reports.items() if report["gpu_node"])
+    operator, operands = {}, {}
+    for pod in pods or ():
+        meta = pod.get("metadata") if isinstance(pod, dict) else None
+        if not isinstance(meta, dict) or meta.get("namespace") != namespace or is_terminating(pod):
+            continue
+        containers = (pod.get("spec") or {}).get("containers") or ()
+        image = containers[0].get("image") if containers else None
+        if not image:
+            continue
+        labels = meta.get("labels") or {}
+        if labels.get(om.OPERATOR_POD_SELECTOR[0]) == om.OPERATOR_POD_SELECTOR[1]:
+            operator[image] = operator.get(image, 0) + 1
+            continue
+        operand_ = om.operand_of_pod(labels)
+        if operand_ is not None and pod_node(pod) in gpu_nodes:
+            operands.setdefault(operand_.name, {}).setdefault(image, set()).add(pod_node(pod))
+    return {"operator": operator, "operands": dict(
+        (name, dict((image, len(nodes)) for image, nodes in images.items())) for name, images in operands.items())}
+
+
 def first_broken_layer(report):
     """The lowest broken layer of one node's report (``{layer, operand, reason}``), or None."""
     failures = report.get("layer_failures") or ()
@@ -768,6 +797,7 @@ def check(snapshot, policy, node_names=None, isolated_nodes=()):
     for finding in result["findings"]:
         by_code[finding["code"]] = by_code.get(finding["code"], 0) + 1
     result["policy"] = policy
+    result["images"] = running_images(result["nodes"], snapshot["pods"], policy["namespace"])
     result["summary"] = {
         "nodes": len(result["nodes"]),
         "gpu_nodes": sum(1 for r in reports if r["gpu_node"]),

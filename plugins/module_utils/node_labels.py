@@ -35,6 +35,7 @@ __metaclass__ = type
 
 import json
 
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import k8s_objects as ko
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_gates as gates
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
 
@@ -245,8 +246,11 @@ def plan_labels(node_obj, desired, adopt_existing=False, where=None, policy_=Non
     An owned deploy label the inventory no longer asks for is set to ``true`` (and no
     longer owned) where the operand belongs on the node afterwards: the operator would not
     notice its removal. It is removed where the operand does not belong (another
-    workload config, an isolated node), as the operator would remove it."""
-    meta = node_obj.get("metadata") or {}
+    workload config, an isolated node), as the operator would remove it.
+
+    A node this cannot read (k8s_objects.LABELLED_NODE) is refused before anything is
+    planned: ``Node gpu-1: metadata.labels is a list, expected a mapping``."""
+    meta = ko.read("Node", node_obj, shape=ko.LABELLED_NODE).get("metadata") or {}
     where = where or "node %s" % meta.get("name")
     policy_ = policy_ or om.policy()
     current = dict(meta.get("labels") or {})
@@ -356,9 +360,11 @@ def _gpu_resources_of(pod):
 
 def gpu_workloads(pods):
     """The pods among ``pods`` that hold GPU resources: not Succeeded or Failed, asking
-    for any ``nvidia.com/*`` resource. A KubeVirt VM shows as its virt-launcher pod."""
+    for any ``nvidia.com/*`` resource. A KubeVirt VM shows as its virt-launcher pod.
+    A pod this cannot read (k8s_objects.GPU_WORKLOAD_POD) is refused naming it:
+    ``pods[3] team-a/trainer: spec.containers[0].resources is a list, expected a mapping``."""
     result = []
-    for pod in pods:
+    for pod in ko.read_all("Pod", pods, "pods", shape=ko.GPU_WORKLOAD_POD):
         if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
             continue
         resources = _gpu_resources_of(pod)
@@ -393,6 +399,7 @@ def switch_refusal(where, switch, workloads, most=10):
 def remaining_workloads(workloads, pods):
     """Which of ``workloads`` (by uid) still exist among ``pods``; a pod recreated under the
     same name has a new uid and does not count as the evicted one."""
+    pods = ko.read_all("Pod", pods, "pods", shape=ko.GPU_WORKLOAD_POD)
     alive = set((p.get("metadata") or {}).get("uid") for p in pods
                 if (p.get("status") or {}).get("phase") not in TERMINAL_PHASES)
     return [w for w in workloads if w["uid"] in alive]

@@ -13,6 +13,7 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import k8s_objects as ko
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2_flags
 
 SERVER = "server"
@@ -331,8 +332,10 @@ def node_state(node, kubelet_version=None, without_cni=False):
 
 def nodes_ready(nodes, names, kubelet_version=None, without_cni=False):
     """(all ready, {name: {"ready": bool, "state": detail}}) for ``names`` among
-    ``nodes`` (Node dicts); ``without_cni`` as in node_state."""
-    by_name = dict(((n.get("metadata") or {}).get("name"), n) for n in nodes)
+    ``nodes`` (Node dicts, read by k8s_objects: a node the wait cannot read is refused as
+    ``nodes[3] gpu-1: status.conditions is a mapping, expected a list``); ``without_cni``
+    as in node_state."""
+    by_name = dict((n["metadata"]["name"], n) for n in ko.read_all("Node", nodes, "nodes"))
     states = {}
     for name in names:
         ready, detail = node_state(by_name.get(name), kubelet_version, without_cni)

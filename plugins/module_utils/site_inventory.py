@@ -43,8 +43,8 @@ _INTERFACE_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
 _TOP_KEYS = ("schema", "site", "description", "network", "ansible", "rke2", "gpu_models", "gpu_operator", "nodes")
 _NETWORK_KEYS = ("cidr", "gateway", "dns_servers", "dns_search", "interface", "backend")
 _ANSIBLE_KEYS = ("user", "become", "python_interpreter")
-_RKE2_KEYS = ("version", "api_address", "tls_san", "cni", "system_default_registry", "registries", "profile",
-              "config_extra", "artifacts")
+_RKE2_KEYS = ("version", "api_address", "api_vip", "tls_san", "cni", "system_default_registry", "registries",
+              "profile", "config_extra", "chart_values", "artifacts")
 _ARTIFACT_KEYS = ("source", "dir", "images")
 _HOST_KEYS = ("name", "role", "address", "ansible_host", "interface", "backend", "node_name", "arch", "os", "kernel",
               "labels", "taints", "gpu")
@@ -253,14 +253,20 @@ def _hosts(check, site, cidr, gateway, models):
     return result
 
 
-def _rke2(check, site):
+def _rke2(check, site, cidr=None):
     conf = check.mapping(site.get("rke2"), "rke2", _RKE2_KEYS, ("version",))
+    if conf.get("api_vip") not in (None, ""):
+        # kube-vip announces it by ARP on the servers' own link (the rke2 role checks each server's subnet too).
+        vip = check.ip(conf["api_vip"], "rke2.api_vip")
+        if vip and cidr and vip not in cidr:
+            check.fail("rke2.api_vip", "%s is outside network.cidr %s: kube-vip announces it on the nodes' own "
+                                       "subnet" % (vip, cidr))
     if conf.get("version"):
         check.guarded("rke2.version", rke2.parse_version, conf["version"], "rke2.version")
     if conf.get("cni") is not None:
         check.guarded("rke2.cni", rke2.cni_value, conf["cni"], "rke2.cni")
     check.string_list(conf.get("tls_san"), "rke2.tls_san")
-    for key in ("registries", "config_extra"):
+    for key in ("registries", "config_extra", "chart_values"):
         if conf.get(key) is not None and not isinstance(conf[key], dict):
             check.fail("rke2." + key, "must be a mapping")
     if conf.get("artifacts") is not None:
@@ -297,7 +303,7 @@ def validate(site, source="site file"):
     _net, cidr, gateway = _network(check, site)
     models = _gpu_models(check, site)
     hosts = _hosts(check, site, cidr, gateway, models)
-    _rke2(check, site)
+    _rke2(check, site, cidr)
     # The GPU Operator decisions pass through as gpu_operator_<key>: the gpu_operator role checks their values.
     operator = site.get("gpu_operator")
     if operator is not None and not isinstance(operator, dict):
@@ -434,7 +440,9 @@ def _group_vars(site):
     if net.get("backend"):
         group_vars["host_network_backend"] = net["backend"]
     group_vars["rke2_version"] = conf["version"]
-    group_vars["rke2_api_address"] = str(conf.get("api_address") or servers[0]["address"])
+    group_vars["rke2_api_address"] = str(conf.get("api_address") or conf.get("api_vip") or servers[0]["address"])
+    if conf.get("api_vip"):
+        group_vars["rke2_api_vip"] = str(conf["api_vip"])
     artifacts = conf.get("artifacts") or {}
     if artifacts.get("source"):
         group_vars["rke2_artifact_source"] = artifacts["source"]
@@ -442,7 +450,7 @@ def _group_vars(site):
         group_vars["rke2_artifact_dir"] = artifacts["dir"]
     if artifacts.get("images") is not None:
         group_vars["rke2_images"] = artifacts["images"]
-    for key in ("cni", "tls_san", "system_default_registry", "registries", "profile", "config_extra"):
+    for key in ("cni", "tls_san", "system_default_registry", "registries", "profile", "config_extra", "chart_values"):
         if conf.get(key) not in (None, "", [], {}):
             group_vars["rke2_" + key] = conf[key]
     if site.get("gpu_models"):

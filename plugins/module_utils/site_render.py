@@ -21,6 +21,7 @@ __metaclass__ = type
 import fnmatch
 import posixpath
 
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import k8s_objects as ko
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import manifest_yaml
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
 
@@ -78,13 +79,34 @@ def _node_entry(node, settings, policy_, site_key):
     return entry
 
 
+# What label_plan reads of its inputs (other modules' results): each field absent, null or of
+# this shape, else a refusal naming the input and the field (``nodes[2].desired is a list``).
+_PLAN_INPUTS = (
+    ("nodes", ko.list_of(ko.mapping({"host": ko.STRING, "name": ko.STRING, "desired": ko.STRING_MAP},
+                                    required=("name",)))),
+    ("settings", ko.list_of(ko.mapping({"host": ko.STRING, "name": ko.STRING, "isolated": ko.BOOLEAN,
+                                        "operands_disabled": ko.list_of(ko.STRING)}))),
+    ("values", ko.CLUSTERPOLICY_SPEC),
+    ("site_keys", ko.map_of(ko.STRING)),
+    ("source", ko.STRING),
+    ("site", ko.STRING),
+)
+
+
 def label_plan(nodes, settings=None, values=None, site_keys=None, source=None, site=None):
     """The node label plan as YAML text.
 
     ``nodes``: [{host, name, desired}] as the gpu_node_labels module's validate step returns
     them; ``settings``: the role's node entries (``isolated``, ``operands_disabled``, by host);
     ``values``: the GPU Operator chart values (what the operator does with the labels);
-    ``site_keys``: {host: ``nodes[1]``}, the hosts' keys in the site file ``source``."""
+    ``site_keys``: {host: ``nodes[1]``}, the hosts' keys in the site file ``source``.
+    An input of another shape is refused (k8s_objects.MalformedObject, a ValueError) naming
+    it and the field, before anything is planned."""
+    given = {"nodes": nodes, "settings": settings, "values": values, "site_keys": site_keys, "source": source,
+             "site": site}
+    for where, shape in _PLAN_INPUTS:
+        if given[where] is not None:
+            ko.check_shape(shape, given[where], where)
     by_host = dict((s.get("host") or s.get("name"), s) for s in settings or ())
     policy_ = om.policy_from_spec(values or {})
     plan = {}

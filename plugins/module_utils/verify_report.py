@@ -14,6 +14,7 @@ import copy
 import json
 
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import k8s_objects as ko
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import node_check as nc
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
 
 # Bottom up, as the ADR's diagnosis reads: below Kubernetes first.
@@ -23,6 +24,18 @@ OK, FAILED, NOT_APPLICABLE, NOT_CHECKED = "ok", "failed", "n/a", "not checked"
 # A layer whose operands are paused (a driver upgrade, a MIG or vGPU change): a transient
 # state of a working node, neither off nor broken.
 PAUSED = "paused"
+STATES = (OK, FAILED, PAUSED, NOT_APPLICABLE, NOT_CHECKED)
+# A GPU node's status, worst last.
+STATUSES = (OK, "warning", PAUSED, "failing")
+# Beside the layers, the summary counts the workload-label check (gpu_node_check's findings on
+# nvidia.com/gpu.workload.config and on resources of several workload types), and the failing
+# nodes whose only errors are other findings (an order violation, ...).
+WORKLOAD_LABEL, OTHER_FINDINGS = "workload-label", "other findings"
+WORKLOAD_LABEL_CODES = (nc.UNKNOWN_WORKLOAD_CONFIG, nc.LABEL_IGNORED, nc.MIXED_WORKLOAD)
+# The one-line summary names this many failing nodes; the report lists them all.
+SUMMARY_NAMES = 10
+# The failure message of the task spells out this many failing nodes; the report has them all.
+MESSAGE_NODES = 20
 # Keys whose values change from run to run without the cluster changing.
 VOLATILE_KEYS = ("generated_at", "elapsed", "duration", "durations", "api_requests", "pod", "log_tail", "steps_seconds")
 
@@ -114,11 +127,14 @@ def _allocatable_by_node(allocatable_results):
 # file, a result from another version) is refused naming the field.
 _STRINGS = ko.list_of(ko.STRING)
 _DIAGNOSIS = ko.map_of(ko.mapping({"layer": ko.STRING, "operand": ko.STRING, "reason": ko.STRING}))
-_STEP = {"failed": ko.BOOLEAN, "msg": ko.STRING, "diagnosis": _DIAGNOSIS}
+_STEP = {"failed": ko.BOOLEAN, "msg": ko.STRING, "diagnosis": _DIAGNOSIS, "elapsed": ko.NUMBER,
+         "steps": ko.list_of(ko.mapping({"step": ko.STRING, "done": ko.BOOLEAN, "message": ko.STRING,
+                                         "duration": ko.NUMBER}))}
 INPUT_SHAPES = (
     ("node_check", ko.mapping({
         "nodes": ko.map_of(ko.mapping({
-            "gpu_node": ko.BOOLEAN, "workload_config": ko.STRING, "driver_version": ko.STRING,
+            "gpu_node": ko.BOOLEAN, "workload_config": ko.STRING, "workload_label": ko.STRING,
+            "driver_version": ko.STRING, "kubelet_version": ko.STRING,
             "expected_operands": ko.list_of(ko.one_of(om.OPERAND_NAMES, "an operand name")),
             "operand_states": ko.STRING_MAP,
             "running_operands": _STRINGS, "not_running": ko.STRING_MAP, "paused_operands": ko.STRING_MAP,
@@ -130,6 +146,8 @@ INPUT_SHAPES = (
         "findings": ko.list_of(ko.mapping({"node": ko.STRING, "severity": ko.STRING, "code": ko.STRING,
                                            "message": ko.STRING})),
         "summary": ko.mapping({"by_code": ko.map_of(ko.INTEGER)}),
+        "images": ko.mapping({"operator": ko.map_of(ko.INTEGER), "operands": ko.map_of(ko.map_of(ko.INTEGER))}),
+        "elapsed": ko.NUMBER,
     })),
     ("operand_readiness", ko.mapping(_STEP)),
     ("allocatable", ko.list_of(ko.mapping(dict(_STEP, nodes=ko.map_of(ko.mapping({
@@ -252,21 +270,23 @@ def build_report(site, node_check, readiness=None, allocatable_results=None, cud
             "capacity": report.get("capacity") or {},
             "layers": layers,
             "first_failed_layer": failed_layers[0] if failed_layers else None,
+            "workload_label": _workload_label(report, node_findings),
+            "kubelet_version": report.get("kubelet_version"),
             "findings": node_findings,
             "diagnosis": diagnosis.get(name, []),
             "host_facts": (host_facts or {}).get(name),
             "status": status,
         }
-    failing = sorted(n for n, r in nodes.items() if r["status"] == "failing")
     steps = {
         "operand_readiness": _step(readiness),
         "allocatable": [_step(r) for r in allocatable_results or ()],
         "cuda_sample": _step(cuda),
         "node_check": {"passed": not any(f.get("severity") == "error" for f in findings),
-                       "message": _check_summary(node_check.get("summary"))},
+                       "message": _check_summary(node_check.get("summary")), "elapsed": node_check.get("elapsed")},
     }
     step_failures = [k for k, v in steps.items() if isinstance(v, dict) and v.get("passed") is False]
     step_failures += ["allocatable"] if any(s.get("passed") is False for s in steps["allocatable"]) else []
+    failing = failing_order(nodes)
     passed = not failing and not step_failures and bool(nodes)
     if passed:
         summary = "%d GPU nodes verified: %s" % (len(nodes), ", ".join(
@@ -275,20 +295,141 @@ def build_report(site, node_check, readiness=None, allocatable_results=None, cud
     elif not nodes:
         summary = "no GPU node found"
     else:
-        summary = "%d of %d GPU nodes failing: %s" % (len(failing), len(nodes), "; ".join(
-            "%s (%s)" % (n, nodes[n]["first_failed_layer"] or "findings") for n in failing) or "-")
+        named = ["%s (%s)" % (n, first_failure(nodes[n])) for n in failing[:SUMMARY_NAMES]]
+        if len(failing) > SUMMARY_NAMES:
+            named.append("and %d more" % (len(failing) - SUMMARY_NAMES))
+        summary = "%d of %d GPU nodes failing: %s" % (len(failing), len(nodes), "; ".join(named) or "-")
         if step_failures:
             summary += "; failed steps: %s" % ", ".join(sorted(set(step_failures)))
+    timed = [s.get("elapsed") for s in [steps["operand_readiness"], steps["cuda_sample"], steps["node_check"]]
+             + steps["allocatable"] if isinstance(s.get("elapsed"), (int, float))]
     return {"site": site, "generated_at": generated_at, "passed": passed, "summary": summary,
-            "layers": list(REPORT_LAYERS), "nodes": nodes, "steps": steps}
+            "layers": list(REPORT_LAYERS), "overview": overview(nodes), "failing_nodes": failing,
+            "versions": versions(node_check, nodes), "steps": steps,
+            "elapsed": round(sum(timed), 3) if timed else None, "nodes": nodes}
+
+
+# ---------------------------------------------------------------- summary, order, versions
+
+def _workload_label(report, node_findings):
+    """The workload-label check of one node: failed when gpu_node_check found the label
+    unknown, ignored, or the node advertising resources of several workload types."""
+    wrong = [f for f in node_findings if f.get("code") in WORKLOAD_LABEL_CODES and f.get("severity") == "error"]
+    if wrong:
+        return _layer(FAILED, "; ".join("%s: %s" % (f.get("code"), f.get("message")) for f in wrong))
+    label = report.get("workload_label")
+    return _layer(OK, "%s=%s" % (om.WORKLOAD_CONFIG_LABEL, label) if label else
+                  "no %s: %s" % (om.WORKLOAD_CONFIG_LABEL, report.get("workload_config")))
+
+
+def failing_order(nodes):
+    """The failing nodes in the order the report lists them: by their lowest broken layer,
+    bottom up as the ADR's diagnosis reads (every node whose driver is broken together,
+    then the container runtime's, ...), then those failing on the workload label, then on
+    other error findings; by name within each."""
+    def key(name):
+        node = nodes[name]
+        if node["first_failed_layer"] in REPORT_LAYERS:
+            rank = REPORT_LAYERS.index(node["first_failed_layer"])
+        elif node["workload_label"]["state"] == FAILED:
+            rank = len(REPORT_LAYERS)
+        else:
+            rank = len(REPORT_LAYERS) + 1
+        return rank, name
+    return sorted((n for n, r in nodes.items() if r["status"] == "failing"), key=key)
+
+
+def first_failure(node):
+    """Where a failing node's diagnosis starts: its lowest broken layer, else the workload
+    label, else its other error findings."""
+    if node["first_failed_layer"]:
+        return node["first_failed_layer"]
+    return WORKLOAD_LABEL if node["workload_label"]["state"] == FAILED else OTHER_FINDINGS
+
+
+def overview(nodes):
+    """The report's summary, counts only: GPU nodes by status; per layer (and the workload
+    label) how many nodes are in each state; and how many failing nodes each layer is the
+    lowest broken one of, which is where their diagnosis starts."""
+    by_status = dict((status, 0) for status in STATUSES)
+    rows = REPORT_LAYERS + (WORKLOAD_LABEL,)
+    by_layer = dict((row, dict((state, 0) for state in STATES)) for row in rows)
+    first_failed = dict((row, 0) for row in rows + (OTHER_FINDINGS,))
+    for node in nodes.values():
+        by_status[node["status"]] += 1
+        for layer in REPORT_LAYERS:
+            by_layer[layer][node["layers"][layer]["state"]] += 1
+        by_layer[WORKLOAD_LABEL][node["workload_label"]["state"]] += 1
+        if node["status"] == "failing":
+            first_failed[first_failure(node)] += 1
+    return {"gpu_nodes": len(nodes), "by_status": by_status, "by_layer": by_layer,
+            "first_failed_layer": first_failed}
+
+
+def _count(values):
+    counts = {}
+    for value in values:
+        counts[value] = counts.get(value, 0) + 1
+    return counts
+
+
+def versions(node_check, nodes):
+    """What the verification saw running, each value with how many nodes (the operator: pods)
+    it was seen on; nothing here is inferred. ``rke2``: every node's kubelet version (an RKE2
+    node's is RKE2's); ``gpu-operator``: the operator pods' image; ``driver``: the driver NVML
+    reports on each GPU node (GFD's label, or the preflight's host driver) and where it comes
+    from; ``operand_images``: per operand, the image its pods run on the GPU nodes (the
+    container toolkit's and the device plugin's tags are their versions)."""
+    images = node_check.get("images") or {}
+    return {
+        "rke2": _count(r.get("kubelet_version") or "unknown" for r in (node_check.get("nodes") or {}).values()),
+        "gpu-operator": dict(images.get("operator") or {}),
+        "driver": _count("%s, %s driver" % (n["driver"].get("version") or "version unknown", n["driver"]["source"])
+                         for n in nodes.values() if n["driver"].get("source")),
+        "operand_images": dict((name, dict(counts)) for name, counts in (images.get("operands") or {}).items()),
+    }
+
+
+def version_rows(report):
+    """(component, [(value, count, unit)]) in the order the report shows them, values
+    most seen first."""
+    found = report.get("versions") or {}
+
+    def values(counts, unit):
+        return [(value, count, unit) for value, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+    rows = [("RKE2 (kubelet)", values(found.get("rke2") or {}, "node")),
+            ("GPU Operator", values(found.get("gpu-operator") or {}, "pod")),
+            ("driver", values(found.get("driver") or {}, "GPU node"))]
+    operand_images = found.get("operand_images") or {}
+    known = [o.name for o in om.OPERANDS]
+    rows += [("%s image" % name, values(operand_images[name], "GPU node"))
+             for name in known + sorted(set(operand_images) - set(known)) if name in operand_images]
+    return rows
+
+
+def step_rows(report):
+    """(step, passed, seconds, message) in the order gpu_verify runs them; the operand
+    wait's own steps (operator, ClusterPolicy, operands) under it."""
+    steps = report["steps"]
+    rows = [("operand_readiness", steps["operand_readiness"])]
+    rows += [("allocatable[%d]" % i, step) for i, step in enumerate(steps["allocatable"])]
+    rows += [("cuda_sample", steps["cuda_sample"]), ("node_check", steps["node_check"])]
+    result = []
+    for name, step in rows:
+        result.append((name, step.get("passed"), step.get("elapsed"), step.get("message") or ""))
+        for sub in step.get("steps_seconds") or ():
+            result.append(("%s: %s" % (name, sub.get("step")), sub.get("done"), sub.get("duration"),
+                           sub.get("message") or ""))
+    return result
 
 
 def _check_summary(summary):
     if not isinstance(summary, dict):
         return str(summary or "")
     codes = ", ".join("%s=%s" % kv for kv in sorted((summary.get("by_code") or {}).items()))
-    return "%s GPU nodes, %s ok; %s errors, %s warnings%s" % (
-        summary.get("gpu_nodes"), summary.get("ok_nodes"), summary.get("errors"), summary.get("warnings"),
+    return "%s nodes (%s GPU), %s without errors; %s errors, %s warnings%s" % (
+        summary.get("nodes"), summary.get("gpu_nodes"), summary.get("ok_nodes"), summary.get("errors"),
+        summary.get("warnings"),
         " (%s)" % codes if codes else "")
 
 
@@ -316,33 +457,86 @@ def to_json(report):
 
 
 _MARK = {OK: "ok", FAILED: "FAILED", NOT_APPLICABLE: "n/a", NOT_CHECKED: "-", PAUSED: "paused"}
+_SUMMARY_ROWS = REPORT_LAYERS + (WORKLOAD_LABEL,)
+# The summary's last column: how many failing nodes' diagnosis starts at the row's layer.
+FIRST_BROKEN = "failing from here"
+
+
+def _seconds(value):
+    return "%.1f s" % value if isinstance(value, (int, float)) and not isinstance(value, bool) else "not timed"
+
+
+def _values_text(values):
+    if not values:
+        return "not seen"
+    return "; ".join("%s (%d %s%s)" % (value, count, unit, "" if count == 1 else "s") for value, count, unit in values)
+
+
+def _failing_lines(report, name):
+    """The diagnosis of one failing node, one line each: its broken layers bottom up, the
+    workload label when it is wrong, then its error findings."""
+    node = report["nodes"][name]
+    lines = [(layer, node["layers"][layer]["detail"]) for layer in report["layers"]
+             if node["layers"][layer]["state"] == FAILED]
+    if node["workload_label"]["state"] == FAILED:
+        lines.append((WORKLOAD_LABEL, node["workload_label"]["detail"]))
+    return lines, [f for f in node["findings"] if f.get("severity") == "error"]
+
+
+def _other_findings(report):
+    """(node, finding) of what is not an error of a failing node: warnings, in report order."""
+    failing = set(report["failing_nodes"])
+    return [(name, f) for name, node in sorted(report["nodes"].items()) for f in node["findings"]
+            if name not in failing or f.get("severity") != "error"]
 
 
 def to_markdown(report):
+    """Summary (by status, by layer, versions, step times), the failing nodes with their
+    diagnosis, the other findings, then every GPU node's row."""
+    view = report["overview"]
     lines = ["# GPU verification report: %s" % report["site"], "",
              "**%s** - %s" % ("PASSED" if report["passed"] else "FAILED", report["summary"]), "",
              "Generated %s." % (report.get("generated_at") or "now"), "",
-             "| node | arch | GPU | driver | workload config | advertised | " + " | ".join(report["layers"])
-             + " | status |",
-             "|---|---|---|---|---|---|" + "---|" * len(report["layers"]) + "---|"]
+             "## Summary", "",
+             "| GPU nodes | " + " | ".join(STATUSES) + " |", "|---|" + "---|" * len(STATUSES),
+             _row([view["gpu_nodes"]] + [view["by_status"][s] for s in STATUSES]), "",
+             "| layer | " + " | ".join(STATES) + " | %s |" % FIRST_BROKEN,
+             "|---|" + "---|" * (len(STATES) + 1)]
+    lines += [_row([row] + [view["by_layer"][row][state] for state in STATES]
+                   + [view["first_failed_layer"][row]]) for row in _SUMMARY_ROWS]
+    if view["first_failed_layer"][OTHER_FINDINGS]:
+        lines.append(_row([OTHER_FINDINGS] + [""] * len(STATES) + [view["first_failed_layer"][OTHER_FINDINGS]]))
+    lines += ["", "## Versions", "", "| component | seen running |", "|---|---|"]
+    lines += [_row([component, _values_text(values)]) for component, values in version_rows(report)]
+    lines += ["", "## Steps", "", "Took %s in the timed steps (the step gate and the report itself are not timed)."
+              % _seconds(report.get("elapsed")), "", "| step | passed | took | message |", "|---|---|---|---|"]
+    lines += [_row([name, passed, _seconds(took), message]) for name, passed, took, message in step_rows(report)]
+    lines += ["", "## Failing nodes (%d)" % len(report["failing_nodes"]), ""]
+    if not report["failing_nodes"]:
+        lines.append("None.")
+    for name in report["failing_nodes"]:
+        node = report["nodes"][name]
+        layers, errors = _failing_lines(report, name)
+        lines += ["### %s" % name, "",
+                  "%s, %s; diagnosis starts at: %s" % (node["workload_config"], node.get("architecture") or "-",
+                                                       first_failure(node)), ""]
+        lines += ["- **%s** / %s: %s" % (name, layer, detail) for layer, detail in layers]
+        lines += ["- %s %s `%s`: %s" % (f.get("severity"), name, f.get("code"), f.get("message")) for f in errors]
+        lines.append("")
+    others = _other_findings(report)
+    lines += ["## Other findings (%d)" % len(others), ""]
+    lines += ["- %s %s `%s`: %s" % (f.get("severity"), name, f.get("code"), f.get("message")) for name, f in others]
+    lines += ["None."] if not others else []
+    lines += ["", "## All GPU nodes (%d)" % len(report["nodes"]), "",
+              "| node | arch | GPU | driver | workload config | advertised | " + " | ".join(report["layers"])
+              + " | status |",
+              "|---|---|---|---|---|---|" + "---|" * len(report["layers"]) + "---|"]
     for name, node in sorted(report["nodes"].items()):
         advertised = ", ".join("%s=%s" % kv for kv in sorted(node["advertised"].items())) or "-"
         cells = [name, node.get("architecture") or "-", node.get("gpu_model") or "-",
                  _driver_cell(node.get("driver") or {}), node["workload_config"], advertised] + [
             _MARK[node["layers"][layer]["state"]] for layer in report["layers"]] + [node["status"]]
         lines.append(_row(cells))
-    lines += ["", "## Per-layer diagnosis", ""]
-    details = []
-    for name, node in sorted(report["nodes"].items()):
-        details += ["- **%s** / %s: %s" % (name, layer, node["layers"][layer]["detail"])
-                    for layer in report["layers"] if node["layers"][layer]["state"] == FAILED]
-        details += ["- %s %s `%s`: %s" % (f.get("severity"), name, f.get("code"), f.get("message"))
-                    for f in node["findings"]]
-    lines += details or ["Every layer of every GPU node is healthy."]
-    lines += ["", "## Steps", "", "| step | passed | message |", "|---|---|---|"]
-    steps = [(key, report["steps"][key]) for key in ("operand_readiness", "cuda_sample", "node_check")]
-    steps += [("allocatable[%d]" % i, step) for i, step in enumerate(report["steps"]["allocatable"])]
-    lines += [_row([key, step.get("passed"), step.get("message") or ""]) for key, step in steps]
     return "\n".join(lines) + "\n"
 
 
@@ -352,36 +546,103 @@ def _row(cells):
 
 
 def _escape(text):
-    return (str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
+    return (str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;"))
+
+
+def _css_class(state):
+    return state.replace(" ", "-").replace("/", "")
+
+
+def _table(head, rows, attrs=""):
+    return "<table%s><tr>%s</tr>%s</table>" % (attrs, "".join("<th>%s</th>" % _escape(h) for h in head), "".join(rows))
+
+
+_CSS = ("body{font:14px/1.35 sans-serif;margin:12px 16px}h1{font-size:20px;margin:0 0 4px}"
+        "h2{font-size:16px;margin:14px 0 4px}h3{font-size:14px;margin:0}"
+        "table{border-collapse:collapse;margin:4px 0}td,th{border:1px solid #ccc;padding:1px 6px;text-align:left;"
+        "vertical-align:top}td.n{text-align:right}th,td.n{white-space:nowrap}#top{display:flex;flex-wrap:wrap;gap:0 24px;align-items:flex-start}"
+        "#versions{flex:1 1 420px;min-width:0}.verdict{font-size:15px;margin:0 0 6px}.verdict .failed,.verdict .ok{padding:0 4px}"
+        ".ok{background:#dfd}.failed{background:#fbb}.na{color:#888}.paused{background:#ffd}.warning{background:#ffd}.failing{background:#fbb}"
+        ".node{margin:6px 0;padding:3px 8px;border-left:4px solid #c00;background:#fff6f6}"
+        ".node ul{margin:2px 0;padding-left:20px}.node .where{color:#555;font-weight:normal}")
 
 
 def to_html(report):
+    """The Markdown's sections in one page; the summary fits the first screen, each failing
+    node's diagnosis is written out, and the table's cells carry their detail too."""
+    view = report["overview"]
+    status_cells = "".join('<td class="n %s">%d</td>' % (
+        _css_class(s) if view["by_status"][s] and s != OK else "", view["by_status"][s]) for s in STATUSES)
+    status_table = _table(("GPU nodes",) + STATUSES, ['<tr><td class="n">%d</td>%s</tr>' % (
+        view["gpu_nodes"], status_cells)])
+    layer_rows = []
+    for row in _SUMMARY_ROWS + ((OTHER_FINDINGS,) if view["first_failed_layer"][OTHER_FINDINGS] else ()):
+        counts = view["by_layer"].get(row)
+        if counts:
+            cells = "".join('<td class="n %s">%d</td>' % (
+                FAILED if counts[state] and state == FAILED else "", counts[state]) for state in STATES)
+        else:
+            cells = '<td colspan="%d"></td>' % len(STATES)
+        layer_rows.append('<tr><th>%s</th>%s<td class="n">%d</td></tr>' % (
+            _escape(row), cells, view["first_failed_layer"][row]))
+    layer_table = _table(("layer",) + STATES + (FIRST_BROKEN,), layer_rows, ' class="layers"')
+    version_table = _table(("component", "seen running"), ["<tr><th>%s</th><td>%s</td></tr>" % (
+        _escape(component), _escape(_values_text(values))) for component, values in version_rows(report)])
+    step_rows_html = ['<tr><th>%s</th><td class="%s">%s</td><td class="n">%s</td><td>%s</td></tr>' % (
+        _escape(name), OK if passed else (FAILED if passed is False else ""), _escape(passed), _seconds(took),
+        _escape(message)) for name, passed, took, message in step_rows(report)]
+    step_table = _table(("step", "passed", "took", "message"), step_rows_html)
+    failing = []
+    for name in report["failing_nodes"]:
+        node = report["nodes"][name]
+        layers, errors = _failing_lines(report, name)
+        items = ["<li><b>%s</b>: %s</li>" % (_escape(layer), _escape(detail)) for layer, detail in layers]
+        items += ["<li>%s <code>%s</code>: %s</li>" % (_escape(f.get("severity")), _escape(f.get("code")),
+                                                       _escape(f.get("message"))) for f in errors]
+        failing.append('<div class="node" id="node-%s"><h3>%s <span class="where">%s, %s; diagnosis starts at: %s'
+                       '</span></h3><ul>%s</ul></div>' % (
+                           _escape(name), _escape(name), _escape(node["workload_config"]),
+                           _escape(node.get("architecture") or "-"), _escape(first_failure(node)), "".join(items)))
+    others = ["<li>%s %s <code>%s</code>: %s</li>" % (_escape(f.get("severity")), _escape(name), _escape(f.get("code")),
+                                                      _escape(f.get("message"))) for name, f in _other_findings(report)]
     rows = []
     for name, node in sorted(report["nodes"].items()):
         cells = "".join('<td class="%s" title="%s">%s</td>' % (
-            node["layers"][layer]["state"].replace(" ", "-").replace("/", ""), _escape(node["layers"][layer]["detail"]),
+            _css_class(node["layers"][layer]["state"]), _escape(node["layers"][layer]["detail"]),
             _escape(_MARK[node["layers"][layer]["state"]])) for layer in report["layers"])
-        rows.append("<tr><th>%s</th><td>%s</td><td>%s</td><td>%s</td><td>%s</td>%s<td>%s</td></tr>" % (
-            _escape(name), _escape(node.get("architecture") or "-"), _escape(node.get("gpu_model") or "-"),
+        label = '<a href="#node-%s">%s</a>' % (_escape(name), _escape(name)) if node["status"] == "failing" \
+            else _escape(name)
+        rows.append("<tr><th>%s</th><td>%s</td><td>%s</td><td>%s</td><td>%s</td>%s<td class=\"%s\">%s</td></tr>" % (
+            label, _escape(node.get("architecture") or "-"), _escape(node.get("gpu_model") or "-"),
             _escape(_driver_cell(node.get("driver") or {})), _escape(node["workload_config"]), cells,
-            _escape(node["status"])))
-    return ("<!doctype html><html><head><meta charset=\"utf-8\"><title>GPU verification: %s</title><style>"
-            "body{font-family:sans-serif}td,th{border:1px solid #ccc;padding:4px 8px}"
-            ".ok{background:#dfd}.failed{background:#fbb}.na{color:#888}.paused{background:#ffd}</style></head><body>"
-            "<h1>GPU verification: %s</h1><p><b>%s</b> - %s</p><table><tr><th>node</th><th>arch</th><th>GPU</th>"
-            "<th>driver</th><th>workload config</th>%s"
-            "<th>status</th></tr>%s</table><p>Hover a cell for its detail; the JSON report has everything.</p>"
-            "</body></html>\n") % (
-        _escape(report["site"]), _escape(report["site"]), "PASSED" if report["passed"] else "FAILED",
-        _escape(report["summary"]), "".join("<th>%s</th>" % _escape(l) for l in report["layers"]), "".join(rows))
+            _css_class(node["status"]) if node["status"] != OK else "", _escape(node["status"])))
+    verdict = "PASSED" if report["passed"] else "FAILED"
+    return "".join((
+        '<!doctype html><html><head><meta charset="utf-8"><title>GPU verification: %s</title><style>%s</style>'
+        "</head><body>" % (_escape(report["site"]), _CSS),
+        '<h1>GPU verification: %s</h1><p class="verdict"><b class="%s">%s</b> %s</p>' % (
+            _escape(report["site"]), OK if report["passed"] else FAILED, verdict, _escape(report["summary"])),
+        '<div id="top"><section id="summary"><h2>Summary</h2>%s%s</section>' % (status_table, layer_table),
+        '<section id="versions"><h2>Versions</h2>%s</section></div>' % version_table,
+        '<section id="steps"><h2>Steps</h2><p>Took %s in the timed steps (the step gate and the report itself are '
+        'not timed).</p>%s</section>' % (_seconds(report.get("elapsed")), step_table),
+        '<section id="failing"><h2>Failing nodes (%d)</h2>%s</section>' % (
+            len(failing), "".join(failing) or "<p>None.</p>"),
+        '<section id="findings"><h2>Other findings (%d)</h2>%s</section>' % (
+            len(others), "<ul>%s</ul>" % "".join(others) if others else "<p>None.</p>"),
+        '<section id="nodes"><h2>All GPU nodes (%d)</h2>' % len(report["nodes"]),
+        _table(("node", "arch", "GPU", "driver", "workload config") + tuple(report["layers"]) + ("status",), rows),
+        "<p>Each layer cell's detail is its tooltip too; the JSON report (gpu-verify.json) has everything "
+        "this page shows.</p></section></body></html>\n"))
 
 
 def failure_message(report):
-    """The per-layer diagnosis a failing verification ends with."""
+    """The per-layer diagnosis a failing verification ends with: the first MESSAGE_NODES
+    failing nodes in report order; the report lists them all."""
     lines = ["GPU verification of site %s failed: %s" % (report["site"], report["summary"])]
-    for name, node in sorted(report["nodes"].items()):
-        if node["status"] != "failing":
-            continue
+    failing = report["failing_nodes"]
+    for name in failing[:MESSAGE_NODES]:
+        node = report["nodes"][name]
         for layer in report["layers"]:
             entry = node["layers"][layer]
             if entry["state"] == FAILED:
@@ -389,4 +650,7 @@ def failure_message(report):
         for finding in node["findings"]:
             if finding.get("severity") == "error":
                 lines.append("  %s: %s: %s" % (name, finding.get("code"), finding.get("message")))
+    if len(failing) > MESSAGE_NODES:
+        lines.append("  and %d more failing nodes: the report (gpu-verify.md, gpu-verify.html) lists them all"
+                     % (len(failing) - MESSAGE_NODES))
     return "\n".join(lines)

@@ -21,10 +21,14 @@ description:
     and a failing sample with the last lines of its log and the per-layer diagnosis of its node."
   - The pods run unprivileged (C(runAsNonRoot), no privilege escalation, every capability dropped, the runtime's
     default seccomp profile) with C(restartPolicy=Never), so a failing sample ends C(Failed) instead of restarting.
-  - "Nothing is left behind: each pod is named before it is created and deleted by name on every way out, a
-    failure, a create whose reply was lost, C(SIGTERM) or C(SIGHUP) (an async timeout, a cancelled job, a dropped
-    SSH connection). Each pod also carries C(activeDeadlineSeconds) of O(timeout), so even one that outlived a
-    C(SIGKILL) cannot hold a GPU for longer than the module would have waited for it."
+  - "Nothing is left behind: each pod is named and labelled with the run before it is created, and on every way
+    out, a failure, a create whose reply was lost, the deadline, C(SIGTERM) or C(SIGHUP) (an async timeout, a
+    cancelled job, a dropped SSH connection), the run's pods are deleted in one request by that label (by name, one
+    at a time, should that request fail). Each pod also carries C(activeDeadlineSeconds) of O(timeout), so even one
+    that outlived a C(SIGKILL) cannot hold a GPU for longer than the module would have waited for it."
+  - "At fleet scale the requests stay few: one list of the nodes, one of the namespace's pods (earlier runs' pods
+    that hold the names), one create per pod, O(concurrency) at a time, one watch of the run's pods for the wait,
+    one log read per ended pod (O(concurrency) at a time), one delete for all of them."
 author:
   - gpuplatform.rke2 maintainers (@gpuplatform)
 options:
@@ -90,6 +94,13 @@ options:
       - How many of the log's last lines to return per pod.
     type: int
     default: 10
+  concurrency:
+    description:
+      - How many pods are created, and how many pod logs read, at a time. The creates of a thousand-node fleet one
+        after another would take longer than its samples take to run; all at once they would be a burst the API
+        server's priority and fairness throttles.
+    type: int
+    default: 8
   timeout:
     description:
       - Seconds to wait in all, for the pods to end.
@@ -154,8 +165,10 @@ api_requests:
   type: dict
 """
 
+import concurrent.futures
 import re
 import signal
+import threading
 import uuid
 
 from ansible.module_utils.basic import AnsibleModule
@@ -182,6 +195,8 @@ def check_params(params):
         return "timeout must be zero or more seconds, got %d" % params["timeout"]
     if params["log_lines"] < 0:
         return "log_lines must be 0 or more, got %d" % params["log_lines"]
+    if params["concurrency"] < 1:
+        return "concurrency must be 1 or more, got %d" % params["concurrency"]
     if params["nodes"] and not params["per_node"]:
         return "nodes needs per_node: true"
     try:
@@ -244,12 +259,39 @@ def plan(api, params, run_id):
     return planned, skipped, nodes
 
 
+def bounded(function, items, concurrency):
+    """``[function(item) for item in items]``, at most ``concurrency`` calls at a time. On
+    an error or an interrupt (a signal's exception in this thread) no further call starts
+    and those under way finish (each ends by the module's deadline) before it propagates,
+    so that whatever a call created is there to clean up."""
+    items = list(items)
+    if concurrency <= 1 or len(items) <= 1:
+        return [function(item) for item in items]
+    stop = threading.Event()
+
+    def call(item):
+        if stop.is_set():
+            raise concurrent.futures.CancelledError()
+        return function(item)
+
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(concurrency, len(items)))
+    futures = [pool.submit(call, item) for item in items]
+    try:
+        return [future.result() for future in futures]
+    finally:
+        stop.set()
+        pool.shutdown(wait=True)
+
+
 def clear_leftovers(api, params, names, deadline):
     """Delete pods of an earlier run (keep_pods) that hold our names; refuse to touch
-    pods the module did not create."""
+    pods the module did not create. One list of the namespace's pods, not a read per name."""
+    listed, _version = api.list(k8s_wait.resource("pods", "v1", "pods", namespace=params["namespace"]),
+                                k8s_wait.LIST_READ_TIMEOUT)
+    existing = dict(((p.get("metadata") or {}).get("name"), p) for p in listed)
     leftovers = []
     for name in names:
-        pod = api.get_pod(params["namespace"], name)
+        pod = existing.get(name)
         if pod is None:
             continue
         if not readiness.is_sample_pod(pod):
@@ -289,6 +331,15 @@ def wait_for_samples(api, params, planned, run_id, created_at, deadline):
                              label_selector="%s=%s" % (readiness.SAMPLE_LABEL_RUN, run_id))
     result = k8s_wait.Waiter(api, [pods], max(deadline - waited_from, 0)).wait(
         readiness.sample_condition(namespace, names), progress)
+
+    def read_log(name):
+        try:
+            return api.pod_log(namespace, name, container=readiness.SAMPLE_CONTAINER), None
+        except k8s_wait.ApiError as exc:
+            return None, exc
+
+    ended = [n for n in names if result.detail["pods"][n]["phase"] in ("Succeeded", "Failed")]
+    logs = dict(zip(ended, bounded(read_log, ended, params["concurrency"])))
     reports = []
     for name in names:
         state = result.detail["pods"][name]
@@ -296,11 +347,10 @@ def wait_for_samples(api, params, planned, run_id, created_at, deadline):
                   "reason": state["reason"], "log_tail": [], "duration": None}
         if name in finished_after:
             report["duration"] = round(finished_after[name] + waited_from - created_at, 3)
-        if state["phase"] in ("Succeeded", "Failed"):
-            try:
-                log = api.pod_log(namespace, name, container=readiness.SAMPLE_CONTAINER)
-            except k8s_wait.ApiError as exc:
-                log, report["reason"] = None, "log not readable: %s" % exc
+        if name in logs:
+            log, error = logs[name]
+            if error is not None:
+                report["reason"] = "log not readable: %s" % error
             report["log_tail"] = readiness.log_tail(log, params["log_lines"]) if params["log_lines"] else []
             passed, why = readiness.sample_verdict(state["phase"], log, params["pattern"])
             report["passed"] = passed
@@ -353,10 +403,18 @@ def create_sample(api, namespace, pod, run_id):
             raise
 
 
-def cleanup(api, params, names, warn):
-    """Delete the pods unless keep_pods; True when none of them is left."""
+def cleanup(api, params, names, run_id, warn):
+    """Delete the pods unless keep_pods: the run's in one request by its label, by name
+    when that request fails; True when none of them is left."""
     if params["keep_pods"]:
         return not names
+    if not names:
+        return True
+    try:
+        api.delete_pods(params["namespace"], "%s=%s" % (readiness.SAMPLE_LABEL_RUN, run_id))
+        return True
+    except k8s_wait.ApiError as exc:
+        warn("could not delete the run's pods in one request (%s): deleting them one by one" % exc)
     for name in names:
         try:
             api.delete_pod(params["namespace"], name)
@@ -365,12 +423,12 @@ def cleanup(api, params, names, warn):
     return True
 
 
-def _cleanup_undisturbed(api, params, names, warn):
+def _cleanup_undisturbed(api, params, names, run_id, warn):
     """cleanup() with SIGTERM and SIGHUP held off until it is done: True when pods are
     left."""
     held = dict((s, signal.signal(s, signal.SIG_IGN)) for s in _SIGNALS)
     try:
-        return not cleanup(api, params, names, warn)
+        return not cleanup(api, params, names, run_id, warn)
     finally:
         for signum, handler in held.items():
             signal.signal(signum, handler)
@@ -404,20 +462,20 @@ def run(api, params, check_mode, warn):
         for pod in planned:
             pod["manifest"]["spec"]["activeDeadlineSeconds"] = max(1, params["timeout"])
             created.append(pod["name"])
-            create_sample(api, params["namespace"], pod, run_id)
+        bounded(lambda pod: create_sample(api, params["namespace"], pod, run_id), planned, params["concurrency"])
         reports, result = wait_for_samples(api, params, planned, run_id, created_at, deadline)
     except Interrupted as exc:
-        left = _cleanup_undisturbed(api, params, created, warn)
+        left = _cleanup_undisturbed(api, params, created, run_id, warn)
         outcome = "pods %s deleted" % ", ".join(created) if not left else "pods may be left: %s" % ", ".join(created)
         return ("interrupted by %s: %s" % (exc, outcome),
                 dict(report, changed=left, elapsed=k8s_wait.elapsed(api)))
     except BaseException:
-        _cleanup_undisturbed(api, params, created, warn)
+        _cleanup_undisturbed(api, params, created, run_id, warn)
         raise
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    left = _cleanup_undisturbed(api, params, created, warn)
+    left = _cleanup_undisturbed(api, params, created, run_id, warn)
     report.update(changed=left, pods=reports, api_requests=result.api_requests,
                   elapsed=k8s_wait.elapsed(api))
     if all(r["passed"] for r in reports):
@@ -453,6 +511,7 @@ def main():
         pattern=dict(type="str", default="Test PASSED"),
         keep_pods=dict(type="bool", default=False),
         log_lines=dict(type="int", default=10),
+        concurrency=dict(type="int", default=8),
         timeout=dict(type="int", default=300),
     )
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)

@@ -34,7 +34,9 @@ description:
   - RKE2 version (from the C(<data-dir>/bin) link RKE2 keeps to its runtime, else C(rke2 --version)),
     containerd version (from C(containerd.log), else C(containerd --version)), the C(profile) and the
     Pod Security admission configuration from C(/etc/rancher/rke2/config.yaml) and C(config.yaml.d).
-  - Files that exist but cannot be read are listed under C(errors); run it with privilege escalation.
+  - Files that exist but cannot be read, and settings in them of another shape (a C(data-dir) that is no path, a
+    C(default-runtime) that is no name; each then read as unset), are listed under C(errors); run it with
+    privilege escalation.
 author:
   - gpuplatform.rke2 maintainers (@gpuplatform)
 extends_documentation_fragment:
@@ -178,7 +180,8 @@ ansible_facts:
           type: dict
           sample: {version: v2.1.4-k3s1, source: /var/lib/rancher/rke2/agent/containerd/containerd.log}
         errors:
-          description: Files that exist but could not be read or parsed, and failed version commands.
+          description: Files that exist but could not be read or parsed, settings in them of another shape, and
+            failed version commands.
           type: list
           elements: dict
           sample: []

@@ -247,6 +247,10 @@ except ImportError:  # pragma: no cover - k8s_connection reports the missing cli
 MERGE_PATCH = "application/merge-patch+json"
 # kubectl drain retries an eviction a PodDisruptionBudget refuses at this interval too.
 EVICTION_RETRY_S = 5
+# From this many switching nodes on, their pods come from one paged list of the cluster's pods,
+# PODS_PAGE at a time, instead of a list per node.
+PODS_LIST_NODES = 20
+PODS_PAGE = 500
 
 
 def argument_spec():
@@ -292,17 +296,28 @@ class Cluster(object):
             return obj
         return self.core.api_client.sanitize_for_serialization(obj)
 
-    def node(self, name):
-        try:
-            return self._plain(self.core.read_node(name))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+    def nodes(self):
+        """Every node by name, from one list: a read per inventory host would make the
+        requests of a run grow with the fleet."""
+        listed = self._plain(self.core.list_node()) or {}
+        return dict(((n.get("metadata") or {}).get("name"), n) for n in listed.get("items") or ())
 
     def pods_on(self, node_name):
         result = self._plain(self.core.list_pod_for_all_namespaces(field_selector="spec.nodeName=" + node_name))
         return result.get("items") or []
+
+    def pod_pages(self):
+        """Every pod of the cluster, PODS_PAGE at a time: an iterator of lists."""
+        token = None
+        while True:
+            kwargs = {"limit": PODS_PAGE}
+            if token:
+                kwargs["_continue"] = token
+            page = self._plain(self.core.list_pod_for_all_namespaces(**kwargs)) or {}
+            yield page.get("items") or []
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return
 
     def patch_node(self, name, patch):
         return self._plain(self.core.patch_node(name, patch, _content_type=MERGE_PATCH))
@@ -339,27 +354,60 @@ def drain_requested(params):
     return params["drain"] or params["step"] == "drain"
 
 
+def pods_on_nodes(cluster, names):
+    """{node name: its pods}: a list per node (a field selector each) for a few nodes; for
+    PODS_LIST_NODES or more, the cluster's pods page by page, keeping those of these nodes,
+    so that the requests do not grow with the nodes that switch and no more than a page of
+    other nodes' pods is held at a time."""
+    names = sorted(set(names))
+    if len(names) < PODS_LIST_NODES:
+        return dict((name, cluster.pods_on(name)) for name in names)
+    result = dict((name, []) for name in names)
+    for page in cluster.pod_pages():
+        for pod in page:
+            on = (pod.get("spec") or {}).get("nodeName")
+            if on in result:
+                result[on].append(pod)
+    return result
+
+
 def read_plans(cluster, nodes, params, policy_):
-    """Every node's plan, with the refusals that stop the run before any change."""
+    """Every node's plan, with the refusals that stop the run before any change (in the
+    inventory's order of the nodes)."""
     errors = []
     plans = []
+    # Each node first without its pods: [node, where, its errors, or its plan's parts].
+    pending = []
+    in_cluster = cluster.nodes()
     for node in nodes:
         where = nl.describe_host(node)
-        obj = cluster.node(node["name"])
+        obj = in_cluster.get(node["name"])
         if obj is None:
-            errors.append("%s: node %s is not in the cluster (k8s_node_name defaults to the inventory hostname)"
-                          % (where, node["name"]))
+            pending.append((node, where, ["%s: node %s is not in the cluster (k8s_node_name defaults to the inventory "
+                                          "hostname)" % (where, node["name"])], None))
             continue
         desired = nl.desired_labels(node)
         try:
             plan = nl.plan_labels(obj, desired, params["adopt_existing"], where, policy_)
         except ValueError as exc:
-            errors.append("%s: %s" % (where, exc))
+            pending.append((node, where, ["%s: %s" % (where, exc)], None))
             continue
-        errors.extend(plan["refusals"])
         labels = (obj.get("metadata") or {}).get("labels") or {}
-        switch = nl.workload_switch(labels, plan["labels"], policy_)
-        workloads = nl.gpu_workloads(cluster.pods_on(node["name"])) if switch else []
+        pending.append((node, where, list(plan["refusals"]),
+                        (obj, desired, plan, nl.workload_switch(labels, plan["labels"], policy_))))
+    # The pods of the nodes whose workload config changes, read together (a fleet's first labelling
+    # switches every VM node).
+    pods_of = pods_on_nodes(cluster, [entry[0]["name"] for entry in pending if entry[3] and entry[3][3]])
+    for node, where, node_errors, parts in pending:
+        errors.extend(node_errors)
+        if parts is None:
+            continue
+        obj, desired, plan, switch = parts
+        try:
+            workloads = nl.gpu_workloads(pods_of.get(node["name"]) or []) if switch else []
+        except ValueError as exc:  # a pod it cannot read (k8s_objects), named
+            errors.append("%s: the pods on node %s: %s" % (where, node["name"], exc))
+            continue
         if switch and workloads and not (params["force"] or drain_requested(params)):
             errors.append(nl.switch_refusal(where, switch, workloads))
         plans.append({"node": node, "obj": obj, "desired": desired, "plan": plan, "switch": switch,
@@ -420,7 +468,7 @@ def drain(cluster, plans, timeout, check_mode):
         window = min(remaining, EVICTION_RETRY_S) if blocked else remaining
         try:
             result = k8s_wait.Waiter(cluster.wait_api, resources, window).wait(condition)
-        except k8s_wait.WaitFailed as exc:
+        except (k8s_wait.WaitFailed, ValueError) as exc:  # ValueError: a pod it cannot read, named
             raise Failure("draining: %s" % exc, changed=True, nodes=[_report(p) for p in plans])
         left = {} if result.done else (result.detail or {})
         if not left or clock.now() >= deadline:

@@ -16,6 +16,13 @@ description:
     plus the host facts of M(gpuplatform.rke2.gpu_host_facts) when the preflight ran.
   - Each GPU node gets a state per layer, bottom up (hardware, host driver, driver, container runtime,
     device plugin, allocatable, CUDA sample) and its findings.
+  - The Markdown and HTML pages read top down, at six nodes as at a thousand - a summary (GPU nodes by status;
+    per layer and for the workload label, how many nodes are in each state and how many failing nodes it is the
+    lowest broken layer of), the versions seen running (each node's kubelet, which on RKE2 is RKE2's version, the
+    operator's image, the driver NVML reports, each operand's image, with node counts), how long each step took
+    (the waits' and gpu_node_check's own C(elapsed); the step gate and the report are not timed), the failing
+    nodes by lowest broken layer with their diagnosis written out, the other findings, then every GPU node's row.
+    The JSON holds all of it (C(overview), C(versions), C(failing_nodes), C(steps), C(elapsed), C(nodes)).
   - Writes C(gpu-verify.json), C(gpu-verify.md) and C(gpu-verify.html) in O(dest). The files always carry the
     latest run's timings; the task reports C(changed) only when the verdict or the per-node content changed
     (timestamps, durations and API request counts are not a change to the site).

@@ -1,6 +1,7 @@
 """The lab for the integration suite: one control plane per test session, in its own
 work directory (a developer's `make lab-up` lab is never touched), torn down at the end."""
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -15,14 +16,13 @@ from tests.lab.lab import Lab
 FLEET_VALUES = LAB_OPERATOR_VALUES
 
 
-@pytest.fixture(scope="session")
-def lab():
+@contextlib.contextmanager
+def started_lab(nodes=None):
+    """A lab in a work directory of its own, stopped and removed on the way out; ``nodes``:
+    a generated fleet of that many nodes (tests/lab/fleet.py), else the lab inventory's."""
     workdir = tempfile.mkdtemp(prefix="gpuplatform-lab-")
-    instance = Lab(workdir=workdir)
+    instance = Lab(workdir=workdir, nodes=nodes)
     instance.up()
-    # Every ansible-playbook the suite runs renders the lab site's HelmChart, which points
-    # at the lab's chart repository (inventories/lab/hosts.yml reads LAB_CHART_REPO).
-    os.environ["LAB_CHART_REPO"] = instance.chart_repo_url()
     try:
         yield instance
     finally:
@@ -30,6 +30,23 @@ def lab():
             instance.down()
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def lab():
+    with started_lab() as instance:
+        # Every ansible-playbook the suite runs renders the lab site's HelmChart, which points
+        # at the lab's chart repository (inventories/lab/hosts.yml reads LAB_CHART_REPO).
+        os.environ["LAB_CHART_REPO"] = instance.chart_repo_url()
+        yield instance
+
+
+@pytest.fixture(scope="module")
+def lab_of_size():
+    """``lab_of_size(n)``: a second lab, of n generated nodes in the lab fleet's proportions
+    (its inventory: ``lab.fleet_file``), stopped when the test module is done."""
+    with contextlib.ExitStack() as stack:
+        yield lambda nodes: stack.enter_context(started_lab(nodes=nodes))
 
 
 @pytest.fixture

@@ -8,7 +8,8 @@ create call returned them, before their controllers write a status.
 Each is read by k8s_objects without a refusal and by the checks and the waits with the
 API's defaults: a node without allocatable or conditions, a pod without containerStatuses,
 a DaemonSet without observedGeneration, a Deployment, a HelmChart and a suspended Job
-without status. Then gpu-node-check checks the node over the live API."""
+without status. Then gpu-node-check checks the node over the live API, node_ready_wait
+waits for it, and gpu_node_labels plans its labels, reading the pod bound to it."""
 
 import json
 import os
@@ -22,8 +23,10 @@ from kubernetes.client.rest import ApiException
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import k8s_objects as ko
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import node_check as nc
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import node_labels as nl
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import readiness as rd
-from tests.integration.modules import ROOT
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2
+from tests.integration.modules import ROOT, run_module
 
 NS = "bad-input-19"
 # The API server's TaintNodesByCondition admission gives a node it creates this taint; the
@@ -146,3 +149,36 @@ def test_the_live_check_reads_the_fresh_node_and_pod(fresh, lab_env):
     # Pending as created; Terminating once the node lifecycle controller evicts it from a node
     # no kubelet answers for (a kubelet would confirm the deletion; none does here).
     assert report["not_running"]["driver"] in ("Pending", "Terminating") and report["advertised"] == {}
+
+
+def test_the_node_wait_reads_a_node_no_kubelet_runs(fresh, lab_env):
+    # As created: no status.conditions, and a status.nodeInfo of empty strings (a struct, not
+    # a pointer, in the API: no kubelet has posted its versions).
+    node = fresh["Node"]
+    assert "conditions" not in node["status"] and node["status"]["nodeInfo"]["kubeletVersion"] == ""
+    assert rke2.nodes_ready([node], [NODE, "bad-input-gone"], "v1.34.1+rke2r1") == (False, {
+        NODE: {"ready": False, "state": "no Ready condition yet"},
+        "bad-input-gone": {"ready": False, "state": "not registered"}})
+    result = run_module("node_ready_wait", {"names": [NODE], "timeout": 5}, lab_env["KUBECONFIG"])
+    assert result["failed"] and result["msg"].startswith("nodes not ready after 5s"), result
+    # Unknown once the node lifecycle controller has marked a node no kubelet ever updated.
+    state = result["nodes"][NODE]["state"]
+    assert state == "no Ready condition yet" or state.startswith("Ready=Unknown (NodeStatusNeverUpdated"), state
+
+
+def test_the_labels_read_a_fresh_node_and_the_pod_bound_to_it(fresh, lab_env):
+    # As created: no annotations (no ownership record) and no spec.unschedulable (false is omitted).
+    node, pod = fresh["Node"], fresh["Pod"]
+    assert "annotations" not in node["metadata"] and "unschedulable" not in node.get("spec", {})
+    plan = nl.plan_labels(node, {om.WORKLOAD_CONFIG_LABEL: "vm-passthrough"})
+    assert plan["owned_before"] == [] and plan["refusals"] == [] and nl.cordon_patch(node, ("container", "x"))
+    assert nl.gpu_workloads([pod]) == [] and nl.remaining_workloads([], [pod]) == []
+    result = run_module("gpu_node_labels", {
+        "nodes": [{"name": NODE, "workload_config": "vm-passthrough"}], "step": "plan",
+        "sandbox_workloads_enabled": True}, lab_env["KUBECONFIG"])
+    assert not result.get("failed"), result.get("msg")
+    (report,) = result["nodes"]
+    assert report["changes"] == [{"key": om.WORKLOAD_CONFIG_LABEL, "before": None, "after": "vm-passthrough",
+                                  "action": "set"}]
+    # The switch to vm-passthrough reads the pods on the node: the bound one asks for no GPU.
+    assert report["workload_switch"] == {"from": om.CONTAINER, "to": "vm-passthrough"} and report["gpu_workloads"] == []

@@ -58,6 +58,9 @@ KNOWN = {
                                       "tests/integration/test_site_lab.py's"),
     "make lab-up": ("excluded", "starts the developer's own lab in .lab, which the suite never touches; the lab "
                                 "fixture starts one the same way in a work directory of its own"),
+    "make lab-up LAB_NODES=1000": ("excluded", "starts the developer's own lab in .lab (see make lab-up); "
+                                               "tests/integration/test_scale_lab.py starts a generated fleet the "
+                                               "same way (labctl's --nodes, the lab_of_size fixture)"),
     "make lab-status": ("excluded", "shows the developer's own lab in .lab (see make lab-up)"),
     "make lab-down": ("excluded", "stops the developer's own lab in .lab (see make lab-up)"),
 }

@@ -36,7 +36,7 @@ from ansible_collections.gpuplatform.rke2.plugins.module_utils import image_plan
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
 from ansible_collections.gpuplatform.rke2.plugins.module_utils.operator_values import effective_values, lookup
 from tests.lab import fleet as fleet_mod
-from tests.lab.node_agent import ignoring, now_rfc3339, pod_running_ready
+from tests.lab.node_agent import ignoring, list_items, now_rfc3339, pod_running_ready
 
 ROOT = fleet_mod.ROOT
 CHART_VALUES = os.path.join(ROOT, "roles", "gpu_operator", "files", "gpu-operator-v26.3.2-values.yaml")
@@ -91,6 +91,8 @@ class OperatorSimulator(object):
 
     def _json(self, obj):
         return self.api.sanitize_for_serialization(obj)
+
+    _list = staticmethod(list_items)
 
     _ignore = staticmethod(ignoring)
 
@@ -236,17 +238,17 @@ class OperatorSimulator(object):
                          {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
                           "metadata": {"name": values["operator"].get("runtimeClass") or "nvidia"}, "handler": "nvidia"},
                          lambda o: o.get("handler"))
-        pods = self._json(self.core.list_namespaced_pod(namespace))["items"]
+        pods = self._list(self.core.list_namespaced_pod, namespace)
         operator_up = any(p["metadata"].get("labels", {}).get("app") == "gpu-operator" and pod_running_ready(p)
                           for p in pods)
         if not operator_up:
             # No operator process: nothing reconciles, the status stays as it was.
             return {"operator_running": False}
         policy = om.policy_from_spec(values, namespace)
-        nodes = self._json(self.core.list_node())["items"]
+        nodes = self._list(self.core.list_node)
         self.label_nodes(nodes, policy)
-        self.daemonsets(values, version, namespace, policy, self._json(self.core.list_node())["items"])
-        daemonsets = self._json(self.apps.list_namespaced_daemon_set(namespace))["items"]
+        self.daemonsets(values, version, namespace, policy, self._list(self.core.list_node))
+        daemonsets = self._list(self.apps.list_namespaced_daemon_set, namespace)
         gpu_nodes = [n for n in nodes if om.is_gpu_node(n["metadata"].get("labels"))]
         # Like the real operator (controllers/clusterpolicy_controller.go): a state is ready
         # when its DaemonSet has no unavailable pod, which says nothing about GPU nodes the
@@ -387,8 +389,8 @@ class OperatorSimulator(object):
                                                o["spec"]["template"]["spec"].get("nodeSelector"), [
                              c["image"] for c in (o["spec"]["template"]["spec"].get("initContainers") or [])
                              + o["spec"]["template"]["spec"]["containers"]]], sort_keys=True))
-        for ds in self._json(self.apps.list_namespaced_daemon_set(namespace, label_selector=(
-                "app.kubernetes.io/managed-by=gpu-operator-sim")))["items"]:
+        for ds in self._list(self.apps.list_namespaced_daemon_set, namespace,
+                             label_selector="app.kubernetes.io/managed-by=gpu-operator-sim"):
             if ds["metadata"]["name"] not in wanted:
                 self._ignore((404,), self.apps.delete_namespaced_daemon_set, ds["metadata"]["name"], namespace)
                 self.changes += 1
@@ -401,13 +403,13 @@ class OperatorSimulator(object):
     def teardown(self, chart):
         """helm uninstall: the operator's objects go; the labels it set and the resources
         its device plugins advertised are removed from the nodes."""
-        for ds in self._json(self.apps.list_daemon_set_for_all_namespaces(
-                label_selector="app.kubernetes.io/managed-by=gpu-operator-sim"))["items"]:
+        for ds in self._list(self.apps.list_daemon_set_for_all_namespaces,
+                             label_selector="app.kubernetes.io/managed-by=gpu-operator-sim"):
             self._ignore((404,), self.apps.delete_namespaced_daemon_set, ds["metadata"]["name"],
                          ds["metadata"]["namespace"])
             self.changes += 1
-        for dep in self._json(self.apps.list_deployment_for_all_namespaces(
-                label_selector="app=gpu-operator"))["items"]:
+        for dep in self._list(self.apps.list_deployment_for_all_namespaces,
+                              label_selector="app=gpu-operator"):
             self._ignore((404,), self.apps.delete_namespaced_deployment, dep["metadata"]["name"],
                          dep["metadata"]["namespace"])
             self.changes += 1
@@ -418,7 +420,7 @@ class OperatorSimulator(object):
             chart["metadata"]["name"] if chart else "gpu-operator"), "kube-system", propagation_policy="Background")
         if job is not None:
             self.changes += 1
-        for node in self._json(self.core.list_node())["items"]:
+        for node in self._list(self.core.list_node):
             labels = node["metadata"].get("labels") or {}
             patch = dict((k, None) for k, v in labels.items()
                          if (k.startswith(om.DEPLOY_LABEL_PREFIX) and k != om.OPERANDS_LABEL

@@ -22,6 +22,7 @@ State (mode, ports, pids) lives in ``<workdir>/state.json``; processes run in th
 sessions so they outlive `labctl up`, and `labctl down` ends every one of them.
 """
 
+import concurrent.futures
 import json
 import os
 import shutil
@@ -39,6 +40,7 @@ import yaml
 
 # Puts the collection on sys.path for labctl run on its own (outside pytest).
 import tests.conftest  # noqa: F401  pylint: disable=unused-import
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import node_labels as nl
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
 from tests.lab import fleet as fleet_mod
 from tests.lab import upstream
@@ -69,6 +71,19 @@ OPERATOR_VERSION = upstream.OPERATOR_TAG
 # Where a HelmChart gets the chart when the lab has no repository of its own (offline mode
 # ignores it; the lab site's inventory reads LAB_CHART_REPO).
 PUBLIC_CHART_REPO = "https://helm.ngc.nvidia.com/nvidia"
+# A generated scale fleet's inventory, in the lab's work directory (`labctl up --nodes N`).
+SCALE_INVENTORY = "hosts.yml"
+# Lab set-up writes one object per node (register, label); this many at a time.
+SETUP_CONCURRENCY = 8
+# `labctl status` lists this many nodes one per line, then says how many there are.
+STATUS_NODE_LINES = 30
+# kwok renews each node's Lease every quarter of its duration: 40 s is 25 renewals a second
+# at a thousand nodes, more API server work than the fleet's GPU layer makes. Fleets above
+# LEASE_SCALE_NODES get a longer lease (up to LEASE_MAX_SECONDS), and the node lifecycle
+# controller a grace period to match, so the lab's heartbeats stay near 100 nodes' worth.
+LEASE_SECONDS = 40
+LEASE_SCALE_NODES = 100
+LEASE_MAX_SECONDS = 300
 
 
 def _binary(component):
@@ -145,14 +160,23 @@ class LabError(RuntimeError):
 
 
 class Lab(object):
-    def __init__(self, workdir=None, fleet_file=None, bin_dir=None, mode=None):
+    def __init__(self, workdir=None, fleet_file=None, bin_dir=None, mode=None, nodes=None):
         """``mode``: "simulated" runs the offline simulator even where the upstream source
-        is present (the conformance suite compares the two); None decides by the source."""
+        is present (the conformance suite compares the two); None decides by the source.
+        ``nodes``: a generated fleet of that many nodes (fleet.write_scale_inventory, into
+        ``<workdir>/hosts.yml``, written at up); 0 the lab inventory; None (and no
+        ``fleet_file``) the fleet this work directory's lab was started with."""
         self.workdir = os.path.abspath(workdir or os.path.join(ROOT, ".lab"))
-        self.fleet_file = fleet_file or fleet_mod.DEFAULT_FLEET
+        self.state_file = os.path.join(self.workdir, "state.json")
+        self.nodes = nodes
+        if nodes:
+            self.fleet_file = os.path.join(self.workdir, SCALE_INVENTORY)
+        elif fleet_file or nodes == 0:
+            self.fleet_file = fleet_file or fleet_mod.DEFAULT_FLEET
+        else:
+            self.fleet_file = self.state().get("fleet_file") or fleet_mod.DEFAULT_FLEET
         self._bin_dir = bin_dir
         self.kubeconfig = os.path.join(self.workdir, "kubeconfig")
-        self.state_file = os.path.join(self.workdir, "state.json")
         self.logs_dir = os.path.join(self.workdir, "logs")
         self._children = {}
         self._api = None
@@ -212,7 +236,7 @@ class Lab(object):
         """What a subprocess talking to this lab needs: its kubeconfig (as kubernetes.core
         and kubectl read it) and the chart repository the lab site's HelmChart points at."""
         return {"K8S_AUTH_KUBECONFIG": self.kubeconfig, "KUBECONFIG": self.kubeconfig,
-                "LAB_CHART_REPO": self.chart_repo_url()}
+                "LAB_CHART_REPO": self.chart_repo_url(), "LAB_INVENTORY": self.fleet_file}
 
     def chart_repo_url(self):
         return self.state().get("chart_repo") or PUBLIC_CHART_REPO
@@ -450,7 +474,9 @@ class Lab(object):
             # Nothing here allocates pod CIDRs or talks to a cloud.
             "--controllers", "*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller",
             "--v", "1",
-        ])
+        ] + ([] if self.lease_seconds() == LEASE_SECONDS else [
+            # A node is NotReady when its Lease is older than this: a scale fleet's longer lease plus margin.
+            "--node-monitor-grace-period", "%ds" % (self.lease_seconds() + 20)]))
         self._spawn("kube-scheduler", [
             os.path.join(self.bin_dir, "kube-scheduler"),
             "--kubeconfig", self.kubeconfig, "--leader-elect=false",
@@ -494,10 +520,17 @@ class Lab(object):
             "--node-ip", "127.0.0.1", "--node-port", str(ports["kwok"]),
             "--server-address", "127.0.0.1:%d" % ports["kwok"],
             "--tls-cert-file", os.path.join(pki, "kwok.crt"), "--tls-private-key-file", os.path.join(pki, "kwok.key"),
-            "--node-lease-duration-seconds", "40",
+            "--node-lease-duration-seconds", str(self.lease_seconds()),
             "--cidr", "10.244.0.0/16",
             "--enable-crds", "Logs",
         ])
+
+    def lease_seconds(self):
+        """The node Lease duration kwok gives this fleet (LEASE_SECONDS, longer for big fleets)."""
+        nodes = len(self.fleet())
+        if nodes <= LEASE_SCALE_NODES:
+            return LEASE_SECONDS
+        return min(LEASE_MAX_SECONDS, LEASE_SECONDS * nodes // LEASE_SCALE_NODES)
 
     def _python_env(self):
         return {"PYTHONPATH": os.pathsep.join([os.path.join(ROOT, ".build", "collections"), ROOT])}
@@ -635,8 +668,22 @@ class Lab(object):
         return fleet_mod.load_fleet(self.fleet_file)
 
     def register_fleet(self):
-        for name, host_vars in sorted(self.fleet().items()):
-            self._create_node(fleet_mod.node_manifest(name, host_vars))
+        self._each(lambda item: self._create_node(fleet_mod.node_manifest(*item)), sorted(self.fleet().items()))
+
+    @staticmethod
+    def _each(function, items):
+        """``function(item)`` for every item, SETUP_CONCURRENCY at a time (a fleet of a
+        thousand nodes is registered and labelled in seconds, not minutes); the first
+        error is raised."""
+        with concurrent.futures.ThreadPoolExecutor(SETUP_CONCURRENCY) as pool:
+            for future in [pool.submit(function, item) for item in items]:
+                future.result()
+
+    @staticmethod
+    def raw_list(function, *args, **kwargs):
+        """A list call's items as plain dicts (node_agent.list_items: no client models)."""
+        from tests.lab.node_agent import list_items
+        return list_items(function, *args, **kwargs)
 
     def _create_node(self, manifest):
         from kubernetes import client
@@ -647,12 +694,13 @@ class Lab(object):
                 raise
 
     def _nodes_ready(self, names):
-        nodes = dict((n.metadata.name, n) for n in self.core().list_node().items)
+        nodes = dict((n["metadata"]["name"], n) for n in self.raw_list(self.core().list_node))
         for name in names:
             node = nodes.get(name)
             if node is None:
                 return False
-            if not any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or [])):
+            if not any(c.get("type") == "Ready" and c.get("status") == "True"
+                       for c in (node.get("status") or {}).get("conditions") or ()):
                 return False
         return True
 
@@ -705,10 +753,14 @@ class Lab(object):
             self.down()
         started = time.monotonic()
         os.makedirs(self.workdir, exist_ok=True)
+        if self.nodes:
+            fleet_mod.write_scale_inventory(self.fleet_file, self.nodes)
+            log("generated a fleet of %d nodes from %s: %s" % (
+                self.nodes, os.path.relpath(fleet_mod.DEFAULT_FLEET, ROOT), self.fleet_file))
         mode, source = self._choose_mode()
         # Always through the build script: it returns the cache folder of the current pins.
         bin_dir = self._bin_dir = self._bin_dir or build_binaries()
-        state = {"bin": bin_dir, "pids": {}, "mode": mode, "ports": dict(
+        state = {"bin": bin_dir, "pids": {}, "mode": mode, "fleet_file": self.fleet_file, "ports": dict(
             (name, free_port()) for name in ("etcd", "etcd_peer", "etcd_metrics", "apiserver", "kcm", "scheduler",
                                              "kwok", "chart_repo", "operator_metrics", "operator_health"))}
         if mode == "real":
@@ -742,7 +794,8 @@ class Lab(object):
         log("registering the fleet from %s" % os.path.relpath(self.fleet_file, ROOT))
         self.register_fleet()
         names = sorted(self.fleet())
-        self._wait_for("fleet nodes Ready", lambda: self._nodes_ready(names), 120, "kwok")
+        # kwok takes a node through its stages a few at a time: a big fleet needs longer.
+        self._wait_for("fleet nodes Ready", lambda: self._nodes_ready(names), 120 + len(names) // 5, "kwok")
         self._wait_for("default ServiceAccount", self._default_serviceaccount, 60, "kube-controller-manager")
         if mode == "real":
             log("starting helm-controller %s, the chart repository, the helm job runner" % "v0.16.27")
@@ -760,16 +813,21 @@ class Lab(object):
         log("lab up in %.1fs; %s; kubeconfig %s" % (
             time.monotonic() - started, self.describe_operator(), self.kubeconfig))
 
-    def build(self):
-        """Builds (or finds cached) every binary the lab would run now, and says which
-        operator that is: what `make lab-build` does."""
-        build_binaries()
-        mode, source = self._choose_mode()
-        if mode == "real":
-            build("helm-tools")
-            build("gpu-operator", source.tree, source.key)
-            operator_opt_tree(source, source.key)
-            log("GPU Operator %s: the real operator, built from %s" % (OPERATOR_VERSION, source.origin))
+    def build(self, lab_binaries=True, rke2=True):
+        """Builds (or finds cached) every binary the lab would run now (``lab_binaries``)
+        and the real rke2 (``rke2``), and says which operator that is: what `make
+        lab-build` does. Returns the operator's mode, or None when only rke2 was asked."""
+        mode = None
+        if lab_binaries:
+            build_binaries()
+            mode, source = self._choose_mode()
+            if mode == "real":
+                build("helm-tools")
+                build("gpu-operator", source.tree, source.key)
+                operator_opt_tree(source, source.key)
+                log("GPU Operator %s: the real operator, built from %s" % (OPERATOR_VERSION, source.origin))
+        if not rke2:
+            return mode
         try:
             log("rke2 %s: %s (molecule/rke2 asks it)" % (upstream.RKE2_TAG, rke2_binary()))
         except upstream.UpstreamMissing as exc:
@@ -837,7 +895,11 @@ class Lab(object):
         if self.is_up():
             lines.append("api server: https://127.0.0.1:%d (ready)" % state["ports"]["apiserver"])
             lines.append("gpu layer:  %s" % self.cluster_policy_status())
-            for node in self.core().list_node().items:
+            nodes = self.core().list_node().items
+            if len(nodes) > STATUS_NODE_LINES:
+                lines.append("fleet:      %d nodes from %s (first %d below)" % (
+                    len(nodes), self.fleet_file, STATUS_NODE_LINES))
+            for node in nodes[:STATUS_NODE_LINES]:
                 ready = any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
                 gpus = dict((k, v) for k, v in (node.status.allocatable or {}).items() if k.startswith("nvidia.com/"))
                 lines.append("  node %-20s %-8s %s" % (node.metadata.name, "Ready" if ready else "NotReady",
@@ -992,17 +1054,18 @@ class Lab(object):
     def apply_fleet_labels(self):
         """Puts the fleet's workload labels on the nodes, as the gpu_node_labels role
         would from the same inventory (test set-up without running the role)."""
-        for name, host_vars in self.fleet().items():
-            labels = {}
-            if host_vars.get("gpu_workload_config"):
-                labels["nvidia.com/gpu.workload.config"] = host_vars["gpu_workload_config"]
-            if host_vars.get("gpu_vgpu_config"):
-                labels["nvidia.com/vgpu.config"] = host_vars["gpu_vgpu_config"]
-            # gpu_operands_disabled: [driver] on a host with its own driver (gpu-spark-1).
-            for operand in host_vars.get("gpu_operands_disabled") or ():
-                labels["nvidia.com/gpu.deploy.%s" % operand] = "false"
+        # The role's own mapping from host variables to labels (node_labels.desired_labels):
+        # gpu_operands_disabled: [driver] on a host with its own driver (gpu-spark-1),
+        # gpu_node_isolated on the scale fleet's isolated nodes.
+        patches = []
+        for name, host_vars in sorted(self.fleet().items()):
+            labels = nl.desired_labels({"workload_config": host_vars.get("gpu_workload_config"),
+                                        "operands_disabled": host_vars.get("gpu_operands_disabled") or [],
+                                        "isolated": bool(host_vars.get("gpu_node_isolated")),
+                                        "vgpu_config": host_vars.get("gpu_vgpu_config")})
             if labels:
-                self.core().patch_node(name, {"metadata": {"labels": labels}})
+                patches.append((name, {"metadata": {"labels": labels}}))
+        self._each(lambda item: self.core().patch_node(*item), patches)
 
     def reset(self, values=None):
         """Back to the clean fleet between tests: nodes not in the fleet deleted, fault

@@ -1,6 +1,7 @@
 """labctl: start, stop and inspect the lab (see tests/lab/lab.py).
 
     python -m tests.lab.labctl build|up|down|status|kubeconfig|restart-apiserver|restart-operator
+    python -m tests.lab.labctl up [--nodes N]   a generated fleet of N nodes (inventory: <workdir>/hosts.yml)
     python -m tests.lab.labctl hold-down NODE [OPERAND...] | release NODE | reboot NODE
     python -m tests.lab.labctl cuda-fail NODE | cuda-pass NODE
     python -m tests.lab.labctl add-node NAME [--workload-config C] [--gpus N]
@@ -22,10 +23,16 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="labctl", description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--workdir", help="lab work directory (default .lab in the repo)")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("up", help="start the lab and roll the GPU Operator out on its fleet").add_argument(
-        "--bare", action="store_true", help="no GPU Operator HelmChart (the integration suite's start)")
-    for name in ("build", "down", "status", "kubeconfig", "restart-apiserver", "restart-operator", "env",
-                 "rke2-binary"):
+    up = sub.add_parser("up", help="start the lab and roll the GPU Operator out on its fleet")
+    up.add_argument("--bare", action="store_true", help="no GPU Operator HelmChart (the integration suite's start)")
+    up.add_argument("--nodes", type=int, default=0, metavar="N",
+                    help="a generated fleet of N nodes in the lab fleet's proportions, its inventory written to "
+                         "<workdir>/hosts.yml (default: inventories/lab/hosts.yml)")
+    build = sub.add_parser("build", help="build (or find cached) every lab binary and the real rke2")
+    # make test builds rke2 (molecule/rke2's, nothing else needs it) while the lab suites run.
+    build.add_argument("--part", choices=("all", "lab", "rke2"), default="all",
+                       help="lab: what the lab runs (control plane, operator, helm tools); rke2: the real rke2 only")
+    for name in ("down", "status", "kubeconfig", "restart-apiserver", "restart-operator", "env", "rke2-binary"):
         sub.add_parser(name)
     sub.add_parser("reboot", help="a node reboots: /run/nvidia/validations is empty again").add_argument("node")
     hold = sub.add_parser("hold-down", help="hold operand pods on a node not Ready (default container-toolkit)")
@@ -43,10 +50,13 @@ def main(argv=None):
     if args.command == "rke2-binary":
         return _rke2_binary()
 
-    lab = Lab(workdir=args.workdir)
+    if args.command == "up" and args.nodes < 0:
+        parser.error("--nodes: %d must be 0 (the lab inventory) or more" % args.nodes)
+    # up --nodes N generates the fleet; every other command reads the fleet the lab was started with.
+    lab = Lab(workdir=args.workdir, nodes=args.nodes if args.command == "up" else None)
     try:
         if args.command == "build":
-            lab.build()
+            lab.build(lab_binaries=args.part in ("all", "lab"), rke2=args.part in ("all", "rke2"))
         elif args.command == "env":
             for key, value in sorted(lab.env().items()):
                 print("%s=%s" % (key, value))

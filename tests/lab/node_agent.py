@@ -41,6 +41,7 @@ nothing it writes says which change it has seen.
 
 import argparse
 import base64
+import concurrent.futures
 import datetime
 import gzip
 import json
@@ -73,6 +74,10 @@ CUDA_PASSED_LOG = ("[Vector addition of 50000 elements]", "Copy input data from 
 QUIET_SECONDS = 1.0
 # A reconcile without any event this often, in case a watch missed one.
 SAFETY_SECONDS = 30.0
+# Writes of one reconcile (pod states, node resources and labels, finished samples) this
+# many at a time: a thousand-node fleet's rollout is ten thousand of them, and one after
+# another they would make the lab, not the collection, what a scale benchmark measures.
+WRITE_CONCURRENCY = 8
 
 _WAIT_FOR_FILE = re.compile(r"until \[ -f /run/nvidia/validations/([\w.-]+) \]")
 # cmd/nvidia-validator: the status file each component writes when it validated.
@@ -110,6 +115,17 @@ def ignoring(status, fn, *args, **kwargs):
         if exc.status not in status:
             raise
         return None
+
+
+def list_items(function, *args, **kwargs):
+    """A list call's items as plain dicts, decoded from the JSON without the client's
+    models: at a thousand nodes and ten thousand pods the models take longer to build than
+    a whole reconcile takes otherwise (the node agent, the simulator, the lab's set-up)."""
+    response = function(*args, _preload_content=False, **kwargs)
+    try:
+        return json.loads(response.data)["items"]
+    finally:
+        response.release_conn()
 
 
 def pod_running_ready(pod):
@@ -174,10 +190,23 @@ class NodeAgent(object):
         self.changes = 0
         self.last_event = time.monotonic()
         self.quiet_pending = False
+        self._lock = threading.Lock()
+        self._pool = concurrent.futures.ThreadPoolExecutor(WRITE_CONCURRENCY, thread_name_prefix="write")
 
     # ------------------------------------------------------------ plumbing
     def _json(self, obj):
         return self.api.sanitize_for_serialization(obj)
+
+    _list = staticmethod(list_items)
+
+    def _changed(self, count=1):
+        with self._lock:
+            self.changes += count
+
+    def _concurrently(self, function, items):
+        """``function(*item)`` for every item, WRITE_CONCURRENCY at a time; the first error is raised."""
+        for future in [self._pool.submit(function, *item) for item in items]:
+            future.result()
 
     def _watch(self, name, list_fn, **kwargs):
         """One thread per kind: every event (and every reconnect) wakes the reconciler."""
@@ -265,11 +294,11 @@ class NodeAgent(object):
             summary["namespace"] = chart["spec"].get("targetNamespace") or "default"
         mirror = ((chart or {}).get("metadata", {}).get("annotations") or {}).get(MIRROR_ANNOTATION)
         summary["mirror"] = mirror
-        nodes = self._json(self.core.list_node())["items"]
-        pods = self._json(self.core.list_pod_for_all_namespaces())["items"]
-        daemonsets = self._json(self.apps.list_daemon_set_for_all_namespaces())["items"]
+        nodes = self._list(self.core.list_node)
+        pods = self._list(self.core.list_pod_for_all_namespaces)
+        daemonsets = self._list(self.apps.list_daemon_set_for_all_namespaces)
         self.operand_pods(nodes, pods, daemonsets, mirror)
-        pods = self._json(self.core.list_pod_for_all_namespaces())["items"]
+        pods = self._list(self.core.list_pod_for_all_namespaces)
         summary["nodes"] = self.advertise(nodes, pods)
         self.feature_discovery(nodes, pods)
         self.cuda_samples(nodes, pods)
@@ -332,33 +361,33 @@ class NodeAgent(object):
                 targets.setdefault(operand.name, []).append(ds["spec"]["template"]["spec"])
         # A pod's state depends on other pods' readiness on the same node (a validator
         # checks the driver pod, a device plugin waits for the toolkit validation), so
-        # iterate to a fixpoint: a chain of N operands settles in at most N passes.
-        states = {}
-        for _pass in range(len(om.OPERANDS) + 2):
-            ready = {}
-            for pod in operand_pods:
-                state = states.get(pod["metadata"]["uid"])
-                if state and state["ready"]:
-                    operand = om.operand_of_pod(pod["metadata"].get("labels"))
-                    ready.setdefault(pod["spec"]["nodeName"], set()).add(operand.name)
-            changed = False
-            for pod in operand_pods:
-                node = by_name[pod["spec"]["nodeName"]]
-                state = self._pod_state(pod, node, files[node["metadata"]["name"]], ready.get(
-                    node["metadata"]["name"], set()), targets, held.get(node["metadata"]["name"], set()), mirror)
-                if states.get(pod["metadata"]["uid"]) != state:
-                    states[pod["metadata"]["uid"]] = state
-                    changed = True
-            if not changed:
-                break
+        # iterate each node to a fixpoint: a chain of N operands settles in at most N passes.
+        states, on_node = {}, {}
         for pod in operand_pods:
-            self._set_pod_state(pod, states[pod["metadata"]["uid"]], node_boot(by_name[pod["spec"]["nodeName"]]))
+            on_node.setdefault(pod["spec"]["nodeName"], []).append(pod)
+        for name, node_pods in on_node.items():
+            node = by_name[name]
+            for _pass in range(len(om.OPERANDS) + 2):
+                ready = set(om.operand_of_pod(pod["metadata"].get("labels")).name for pod in node_pods
+                            if (states.get(pod["metadata"]["uid"]) or {}).get("ready"))
+                changed = False
+                for pod in node_pods:
+                    state = self._pod_state(pod, node, files[name], ready, targets, held.get(name, set()), mirror)
+                    if states.get(pod["metadata"]["uid"]) != state:
+                        states[pod["metadata"]["uid"]] = state
+                        changed = True
+                if not changed:
+                    break
+        self._concurrently(self._set_pod_state, [
+            (pod, states[pod["metadata"]["uid"]], node_boot(by_name[pod["spec"]["nodeName"]])) for pod in operand_pods])
         self._driver_manager(operand_pods, by_name)
-        for name, node in by_name.items():
-            if files[name] != node_files(node):
-                self.core.patch_node(name, {"metadata": {"annotations": {
-                    VALIDATIONS_ANNOTATION: ",".join(sorted(files[name])) or None}}})
-                self.changes += 1
+        self._concurrently(self._patch_node, [
+            (name, {"metadata": {"annotations": {VALIDATIONS_ANNOTATION: ",".join(sorted(files[name])) or None}}})
+            for name, node in by_name.items() if files[name] != node_files(node)])
+
+    def _patch_node(self, name, body):
+        self.core.patch_node(name, body)
+        self._changed()
 
     def _driver_manager(self, operand_pods, by_name):
         """k8s-driver-manager's answer to a host driver: the node's deploy.driver label becomes
@@ -372,7 +401,7 @@ class NodeAgent(object):
                 self.core.patch_node(node["metadata"]["name"], {"metadata": {"labels": {
                     om.deploy_label("driver"): om.DEPLOY_PRE_INSTALLED}}})
                 labels[om.deploy_label("driver")] = om.DEPLOY_PRE_INSTALLED
-                self.changes += 1
+                self._changed()
 
     def _provided_on(self, operand_name, node, ready, targets):
         """The component an operand provides is there: its pod is Ready on the node, or no
@@ -438,11 +467,11 @@ class NodeAgent(object):
         if state["blocked"] is None and (pod["metadata"].get("annotations") or {}).get(INITIALIZED_ANNOTATION) != boot:
             self.core.patch_namespaced_pod(pod["metadata"]["name"], pod["metadata"]["namespace"], {
                 "metadata": {"annotations": {INITIALIZED_ANNOTATION: boot}}})
-            self.changes += 1
+            self._changed()
         if status.get("phase") == want["phase"] and current_statuses == wanted_statuses and current_init == wanted_init:
             return
         self.core.patch_namespaced_pod_status(pod["metadata"]["name"], pod["metadata"]["namespace"], {"status": want})
-        self.changes += 1
+        self._changed()
 
     @staticmethod
     def _pod_status(pod, state):
@@ -520,7 +549,7 @@ class NodeAgent(object):
         """Each (sandbox) device plugin advertises what its node has while it is Ready; the
         workload config the plugin serves is the one the operator deployed it for."""
         by_node = self._ready_by_node(pods)
-        report = {}
+        report, patches = {}, []
         for node in nodes:
             name = node["metadata"]["name"]
             labels = node["metadata"].get("labels") or {}
@@ -545,13 +574,19 @@ class NodeAgent(object):
                         patch[section][key] = None
                 for key, count in advertised.items():
                     patch[section][key] = str(count)
-            self.core.patch_node_status(name, {"status": patch})
-            self.changes += 1
+            patches.append((name, {"status": patch}))
+        self._concurrently(self._patch_node_status, patches)
         return report
+
+    def _patch_node_status(self, name, body):
+        self.core.patch_node_status(name, body)
+        self._changed()
 
     def feature_discovery(self, nodes, pods):
         """gpu-feature-discovery's labels from the node's (simulated) hardware while its pod is Ready."""
         by_node = self._ready_by_node(pods)
+        drivers = self._ready_driver_images(pods)
+        patches = []
         for node in nodes:
             annotations = node["metadata"].get("annotations") or {}
             hw = json.loads(annotations.get(fleet_mod.HARDWARE_ANNOTATION) or "null")
@@ -563,28 +598,36 @@ class NodeAgent(object):
             # NVML has no memory of its own for GB10 (nvidia-smi: "Not Supported"): GFD sets no memory label.
             if not hw.get("unified_memory"):
                 wanted["nvidia.com/gpu.memory"] = str(hw["memory_gb"] * 1024)
-            version = self._driver_version(node, pods)
+            version = self._driver_version(node, drivers)
             if version:
                 parts = (version.split(".") + ["", ""])[:3]
                 wanted.update(zip(DRIVER_VERSION_LABELS, [version] + parts))
             patch = dict((k, v) for k, v in wanted.items() if labels.get(k) != v)
             if patch:
-                self.core.patch_node(node["metadata"]["name"], {"metadata": {"labels": patch}})
-                self.changes += 1
+                patches.append((node["metadata"]["name"], {"metadata": {"labels": patch}}))
+        self._concurrently(self._patch_node, patches)
 
     @staticmethod
-    def _driver_version(node, pods):
-        """The driver NVML reports on the node: the host's, else the Ready driver pod's (its image
-        tag is <version>-<os>)."""
-        if host_driver(node):
-            return host_driver(node)
+    def _ready_driver_images(pods):
+        """{node name: the image of its Ready driver pod}, the first one listed."""
+        images = {}
         for pod in pods:
             operand = om.operand_of_pod(pod["metadata"].get("labels"))
-            if operand and operand.name == "driver" and pod["spec"].get("nodeName") == node["metadata"]["name"] \
-                    and pod_running_ready(pod):
-                tag = pod["spec"]["containers"][0]["image"].rpartition(":")[2]
-                return tag.split("-", 1)[0] if tag and tag[0].isdigit() else None
-        return None
+            if operand and operand.name == "driver" and pod_running_ready(pod):
+                images.setdefault(pod["spec"].get("nodeName"), pod["spec"]["containers"][0]["image"])
+        return images
+
+    @staticmethod
+    def _driver_version(node, drivers):
+        """The driver NVML reports on the node: the host's, else the Ready driver pod's (its image
+        tag is <version>-<os>); ``drivers``: _ready_driver_images."""
+        if host_driver(node):
+            return host_driver(node)
+        image = drivers.get(node["metadata"]["name"])
+        if image is None:
+            return None
+        tag = image.rpartition(":")[2]
+        return tag.split("-", 1)[0] if tag and tag[0].isdigit() else None
 
     @staticmethod
     def _operands_settled(daemonsets, pods, nodes):
@@ -614,6 +657,7 @@ class NodeAgent(object):
     def cuda_samples(self, nodes, pods):
         running_by_node = self._ready_by_node(pods)
         by_name = dict((n["metadata"]["name"], n) for n in nodes)
+        finished = []
         for pod in pods:
             containers = pod["spec"].get("containers") or []
             if not any("cuda-sample" in c.get("image", "") for c in containers):
@@ -633,7 +677,8 @@ class NodeAgent(object):
                          "CUDA runtime version)!")
             else:
                 lines = CUDA_PASSED_LOG
-            self._finish_pod(pod, lines, 0 if lines is CUDA_PASSED_LOG else 1)
+            finished.append((pod, lines, 0 if lines is CUDA_PASSED_LOG else 1))
+        self._concurrently(self._finish_pod, finished)
 
     def _finish_pod(self, pod, lines, exit_code):
         meta = pod["metadata"]
@@ -648,7 +693,7 @@ class NodeAgent(object):
             "phase": phase, "containerStatuses": statuses,
             "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"},
                            {"type": "ContainersReady", "status": "False", "reason": "PodCompleted"}]}})
-        self.changes += 1
+        self._changed()
 
 
 def deployed_release(core, name, namespace):

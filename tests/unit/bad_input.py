@@ -1,6 +1,7 @@
 """What the property-based tests of bad input share (issue #19): one fixed-seed settings
 profile, JSON-like values, and mutations of a good document (a key dropped, a value
-nulled, a mapping replaced by a list or a string, any value replaced by any other).
+nulled, a mapping replaced by a list or a string, any value replaced by any other or by a
+huge one).
 
 The property each surface states: every input ends in a result or in that surface's
 documented refusal (a ValueError subclass whose text is one line naming the place),
@@ -34,8 +35,12 @@ SCALARS = (st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=
            | st.text(max_size=6) | st.sampled_from(["", "true", "false", "2", "nvidia.com/gpu", "Running"]))
 JSON_VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
                            | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=6)
+# Huge values: numbers past any int64 or float, a 100,000-character or control-character
+# string, a list of a thousand, a mapping of a thousand keys.
+HUGE = st.sampled_from([10 ** 40, -(10 ** 40), 1e308, "x" * 100000, "\x00\x7f\u2028\ufffd", ["x"] * 1000,
+                        dict(("k%d" % i, "v") for i in range(1000))])
 # The replacements that break a reader most often, first: the shrinker prefers them.
-REPLACEMENTS = st.sampled_from([None, [], {}, "x", ["x"], {"x": 1}, 0, True]) | JSON_VALUES
+REPLACEMENTS = st.sampled_from([None, [], {}, "x", ["x"], {"x": 1}, 0, True]) | JSON_VALUES | HUGE
 
 
 def paths(value, prefix=()):

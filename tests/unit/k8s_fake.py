@@ -272,6 +272,19 @@ class FakeCluster(object):
         self.deleted.append(name)
         return True
 
+    def delete_pods(self, namespace, label_selector):
+        """deletecollection of the pods ``label_selector`` (one key=value) selects in ``namespace``."""
+        self.calls.append(("deletecollection", "pods", label_selector))
+        key, _sep, value = label_selector.partition("=")
+        names = []
+        for obj in [o for _k, o in sorted(self.world.get("pods", {}).items())]:
+            meta = obj.get("metadata") or {}
+            if meta.get("namespace") == namespace and (meta.get("labels") or {}).get(key) == value:
+                self.apply("pods", "DELETED", obj)
+                self.deleted.append(meta["name"])
+                names.append(meta["name"])
+        return names
+
     def pod_log(self, namespace, name, container=None, previous=False, limit_bytes=65536):
         self.calls.append(("log", "pods", name, container, previous))
         # A log given for (name, previous) answers that request alone; one given by name, both.

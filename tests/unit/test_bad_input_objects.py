@@ -1,25 +1,32 @@
 """Bad Kubernetes objects never crash (issue #19): snapshot files, live objects as the waits
-see them and the report's inputs end in a result or in a refusal naming the object and the
-field (k8s_objects.MalformedObject), proven on generated inputs; and what the API leaves
-out is read as absent, never refused."""
+(node_ready_wait's among them) and gpu_node_labels see them, and the report's inputs end
+in a result or in a refusal naming the object and the field (k8s_objects.MalformedObject),
+proven on generated inputs; and what the API leaves out is read as absent, never refused."""
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
 
 import pytest
 import yaml
+from ansible.module_utils.testing import patch_module_args
 from hypothesis import given
 from hypothesis import strategies as st
 
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import k8s_objects as ko
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import k8s_wait
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import node_check as nc
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import node_labels as nl
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import readiness as rd
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import verify_report as vr
-from ansible_collections.gpuplatform.rke2.plugins.modules import gpu_node_check
+from ansible_collections.gpuplatform.rke2.plugins.modules import gpu_node_check, gpu_node_labels, node_ready_wait
 from tests.unit.bad_input import assert_refusal, examples, mutated
+from tests.unit.node_labels_helpers import merge_patch
 from tests.unit.wait_builders import (
     NS, chain_pods, clusterpolicy, daemonset, deployment, gpu_node, helmchart, job, job_pod, node, operand_pod,
     operator_pod)
@@ -308,7 +315,7 @@ def test_mutated_module_results_end_in_a_report_or_a_refusal(inputs):
         build(inputs)
     except ko.MalformedObject as exc:
         text = assert_refusal(exc, ko.MalformedObject)
-        assert text.split(".")[0].split("[")[0].split(" ")[0] in REPORT_INPUTS, text
+        assert re.split(r"[.\[ ]", text, maxsplit=1)[0] in REPORT_INPUTS, text
 
 
 def test_a_report_input_it_cannot_read_is_refused_naming_option_and_field():
@@ -317,3 +324,192 @@ def test_a_report_input_it_cannot_read_is_refused_naming_option_and_field():
     with pytest.raises(ko.MalformedObject, match=r'^node_check.nodes\["gpu-container-1"\].layer_failures\[0\] is a '
                                                  r"string \('driver'\), expected a mapping$"):
         build(inputs)
+
+
+# ---------------------------------------------------------------- nodes as node_ready_wait sees them
+
+NO_CNI = ("container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady "
+          "message:Network plugin returns error: cni plugin not initialized")
+KUBELET = "v1.34.1+rke2r1"
+
+
+def _with_kubelet(obj, version=KUBELET, ready=None):
+    obj["status"]["nodeInfo"] = {"kubeletVersion": version}
+    if ready is not None:
+        obj["status"]["conditions"] = [{"type": "MemoryPressure", "status": "False"}, ready]
+    return obj
+
+
+READY_NODES = make_cache(nodes=[
+    _with_kubelet(node("cp-1", gpu=False)),
+    _with_kubelet(node("gpu-1", config="container"), ready={"type": "Ready", "status": "False",
+                                                            "reason": "KubeletNotReady", "message": NO_CNI}),
+    _with_kubelet(gpu_node("gpu-2", taints=[{"key": "dedicated", "value": "training", "effect": "NoSchedule"}]),
+                  version="v1.33.5+rke2r1"),
+    node("gpu-3", ready=False)])
+READY_NAMES = ["cp-1", "gpu-1", "gpu-2", "gpu-3", "gpu-9"]
+
+
+def wait_for_nodes(cache, kubelet_version, without_cni):
+    """What node_ready_wait's condition and its failure make of one cache."""
+    done, states = rke2.nodes_ready(k8s_wait.objects(cache, "nodes"), READY_NAMES, kubelet_version, without_cni)
+    assert isinstance(done, bool) and sorted(states) == sorted(READY_NAMES)
+    assert "\n" not in rke2.not_ready_message(states, 600)
+    return done, states
+
+
+@examples(200)
+@given(mutated(READY_NODES, most=3, keep=_cache_structure),
+       st.sampled_from([None, KUBELET]), st.booleans())
+def test_mutated_nodes_end_in_a_node_wait_result_or_a_refusal(cache, kubelet_version, without_cni):
+    try:
+        wait_for_nodes(cache, kubelet_version, without_cni)
+    except ko.MalformedObject as exc:
+        assert re.match(r"^nodes\[\d\]( \S+)?: \S", assert_refusal(exc, ko.MalformedObject)), exc
+
+
+@examples(100)
+@given(mutated(READY_NODES, most=6, drop_only=True, keep=lambda p: _cache_structure(p) or _not_a_name(p)),
+       st.sampled_from([None, KUBELET]), st.booleans())
+def test_nodes_missing_optional_fields_never_stop_a_node_wait(cache, kubelet_version, without_cni):
+    wait_for_nodes(cache, kubelet_version, without_cni)
+
+
+def test_the_node_wait_refuses_a_node_it_cannot_read_naming_it():
+    cache = copy.deepcopy(READY_NODES)
+    cache["nodes"]["gpu-1"]["status"]["conditions"][1] = "Ready"
+    with pytest.raises(ko.MalformedObject, match=r"^nodes\[1\] gpu-1: status.conditions\[1\] is a string "
+                                                 r"\('Ready'\), expected a mapping$"):
+        wait_for_nodes(cache, KUBELET, False)
+
+
+def test_the_node_wait_module_fails_with_the_refusal_as_msg(monkeypatch, capsys):
+    cache = copy.deepcopy(READY_NODES)
+    cache["nodes"]["cp-1"]["status"]["nodeInfo"] = {"kubeletVersion": 134}
+
+    def wait(_api, names, kubelet_version, _timeout, without_cni=False):
+        return rke2.nodes_ready(k8s_wait.objects(cache, "nodes"), names, kubelet_version, without_cni)
+
+    monkeypatch.setattr(node_ready_wait, "wait", wait)
+    monkeypatch.setattr(k8s_wait, "connect", lambda params: type("Api", (), {"clock": k8s_wait.Clock()})())
+    with patch_module_args({"names": ["cp-1"], "kubeconfig": "/nonexistent"}):
+        with pytest.raises(SystemExit):
+            node_ready_wait.main()
+    result = json.loads(capsys.readouterr().out)
+    assert result["failed"] and result["msg"] == (
+        "nodes[0] cp-1: status.nodeInfo.kubeletVersion is an integer (134), expected a string")
+
+
+# ---------------------------------------------------------------- nodes and pods as gpu_node_labels reads them
+
+def _labelled(name, config, owned, cordoned=False):
+    obj = node(name, config=config)
+    obj["metadata"]["annotations"] = {nl.OWNED_LABELS_ANNOTATION: json.dumps(owned)}
+    if cordoned:
+        obj["metadata"]["annotations"][nl.CORDONED_ANNOTATION] = "vm-passthrough->container"
+        obj["spec"]["unschedulable"] = True
+    return obj
+
+
+def _workload(name, resources, phase="Running", labels=None, annotations=None, init=False):
+    containers = [{"name": "main", "resources": resources}]
+    return {"metadata": {"name": name, "namespace": "team-a", "uid": "uid-" + name, "labels": labels or {},
+                         "annotations": annotations or {}},
+            "spec": {"nodeName": "gpu-1", "containers": [{"name": "side"}] if init else containers,
+                     "initContainers": containers if init else []},
+            "status": {"phase": phase}}
+
+
+LABELS_CLUSTER = {
+    "nodes": {"gpu-1": _labelled("gpu-1", om.CONTAINER, [om.WORKLOAD_CONFIG_LABEL]),
+              "gpu-2": _labelled("gpu-2", om.CONTAINER, [], cordoned=True)},
+    "pods": {"gpu-1": [
+        _workload("trainer", {"limits": {om.CONTAINER_RESOURCE: "1"}, "requests": {"cpu": "2"}}),
+        _workload("virt-launcher-vm-a", {"requests": {"nvidia.com/GA102GL_A10": "1"}},
+                  labels={"kubevirt.io": "virt-launcher"}, annotations={"kubevirt.io/domain": "vm-a"}),
+        _workload("done", {"limits": {om.CONTAINER_RESOURCE: "1"}}, phase="Succeeded"),
+        _workload("init-gpu", {"limits": {om.CONTAINER_RESOURCE: "1"}}, init=True)]},
+}
+LABELS_PARAMS = {
+    "nodes": [{"name": "gpu-1", "host": "gpu-1", "workload_config": "vm-passthrough", "operands_disabled": [],
+               "isolated": False, "vgpu_config": None},
+              {"name": "gpu-2", "host": "gpu-2", "workload_config": om.CONTAINER,
+               "operands_disabled": ["dcgm-exporter"], "isolated": False, "vgpu_config": None}],
+    "step": "apply", "sandbox_workloads_enabled": True, "default_workload": None, "sandbox_off_action": "fail",
+    "adopt_existing": False, "force": True, "drain": False, "drain_timeout": 600}
+
+
+class LabelsCluster(object):
+    """gpu_node_labels' Cluster over one generated document, recording every change."""
+
+    def __init__(self, doc):
+        self.doc = doc
+        self.changes = []
+
+    def nodes(self):
+        return self.doc["nodes"]
+
+    def pods_on(self, name):
+        return self.doc["pods"].get(name) or []
+
+    def patch_node(self, name, patch):
+        self.changes.append(("patch", name, patch))
+        return merge_patch(self.doc["nodes"][name], patch)
+
+    def evict(self, workload):
+        self.changes.append(("evict", workload["name"]))
+        return True, None
+
+
+def label_nodes(doc, check_mode, drain):
+    """The module's run over the document: its result, or its Failure having changed nothing."""
+    cluster = LabelsCluster(doc)
+    params = dict(LABELS_PARAMS, drain=drain)
+    try:
+        result = gpu_node_labels.run(params, check_mode, lambda: cluster, lambda message: None)
+    except gpu_node_labels.Failure as exc:
+        assert cluster.changes == [] and exc.msg
+        for line in exc.msg.split("\n"):
+            assert line.startswith(("host gpu-1: ", "host gpu-2: ")), line
+        return exc.msg
+    json.dumps(result)
+    if check_mode:
+        assert cluster.changes == []
+    for plan in result["nodes"]:
+        nl.remaining_workloads(plan["gpu_workloads"], cluster.pods_on(plan["name"]))
+    return result
+
+
+def _labels_structure(path):
+    # The fake's layout (nodes/pods by node name) is the test's, not the API's.
+    return len(path) <= 2
+
+
+@examples(200)
+@given(mutated(LABELS_CLUSTER, most=3, keep=_labels_structure),
+       st.sampled_from([(False, False), (True, False), (True, True)]))
+def test_mutated_nodes_and_pods_are_labelled_or_refused_before_any_change(doc, mode):
+    label_nodes(doc, *mode)
+
+
+def _labels_kept(path):
+    """What a drop must keep: the structure, names, and the ownership record (without it the
+    module rightly refuses to take over a label it did set)."""
+    return _labels_structure(path) or _not_a_name(path) or path[-1] in ("annotations", nl.OWNED_LABELS_ANNOTATION)
+
+
+@examples(100)
+@given(mutated(LABELS_CLUSTER, most=6, drop_only=True, keep=_labels_kept))
+def test_nodes_and_pods_missing_optional_fields_are_labelled(doc):
+    assert isinstance(label_nodes(doc, False, False), dict)
+
+
+def test_the_labels_refuse_a_node_or_a_pod_they_cannot_read_naming_it():
+    doc = copy.deepcopy(LABELS_CLUSTER)
+    doc["nodes"]["gpu-2"]["metadata"]["annotations"][nl.CORDONED_ANNOTATION] = True
+    doc["pods"]["gpu-1"][1]["spec"]["containers"][0]["resources"] = [om.CONTAINER_RESOURCE]
+    assert label_nodes(doc, False, False) == (
+        "host gpu-1: the pods on node gpu-1: pods[1] team-a/virt-launcher-vm-a: spec.containers[0].resources is a "
+        "list, expected a mapping\n"
+        'host gpu-2: Node gpu-2: metadata.annotations["%s"] is a boolean (true), expected a string'
+        % nl.CORDONED_ANNOTATION)

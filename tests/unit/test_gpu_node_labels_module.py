@@ -44,13 +44,18 @@ class FakeCore(object):
         self.refuse = {}
         self.calls = []
 
-    def read_node(self, name):
-        self.calls.append(("read", name))
-        if name not in self.nodes:
-            raise ApiException(status=404, reason="Not Found")
-        return copy.deepcopy(self.nodes[name])
+    def list_node(self):
+        self.calls.append(("list", "nodes"))
+        return {"metadata": {"resourceVersion": "7"}, "items": [copy.deepcopy(n) for n in self.nodes.values()]}
 
-    def list_pod_for_all_namespaces(self, field_selector):
+    def list_pod_for_all_namespaces(self, field_selector=None, limit=None, _continue=None):
+        if field_selector is None:
+            # A page of every pod: the continue token is the next offset.
+            start = int(_continue or 0)
+            self.calls.append(("list", "pods", start))
+            items = self.pods[start:start + limit]
+            more = str(start + limit) if start + limit < len(self.pods) else None
+            return {"metadata": {"resourceVersion": "7", "continue": more}, "items": copy.deepcopy(items)}
         self.calls.append(("list", field_selector))
         node_name = field_selector.split("=", 1)[1]
         return {"metadata": {"resourceVersion": "7"},
@@ -130,6 +135,34 @@ def test_every_host_problem_is_reported_at_once_and_no_node_is_patched(call):
     assert result["failed"] is True
     assert "host a: gpu_workload_config 'gpu'" in result["msg"]
     assert "host b: gpu_operands_disabled lists 'nope'" in result["msg"]
+    assert core.patches == []
+
+
+def test_the_fleet_is_read_in_one_list_whatever_its_size(call):
+    # 50 hosts: one list of the nodes, then one patch per node that changes; a rerun lists once and patches nothing.
+    names = ["gpu-%02d" % index for index in range(50)]
+    core = FakeCore([node(name) for name in names])
+    args = {"nodes": [spec(name, workload_config="container") for name in names], "sandbox_workloads_enabled": True,
+            "step": "apply"}
+    assert call(args, core)["changed"] is True
+    assert core.calls == [("list", "nodes")] and sorted(name for name, _body in core.patches) == names
+    core.calls, core.patches = [], []
+    assert call(args, core)["changed"] is False
+    assert core.calls == [("list", "nodes")] and core.patches == []
+
+
+def test_the_pods_of_many_switching_nodes_come_from_one_paged_list(call, monkeypatch):
+    # 30 nodes switch to vm-passthrough; one runs a GPU pod. Their pods are read in pages of every pod (3 here),
+    # not one list per node, and the GPU pod still stops the switch.
+    monkeypatch.setattr(module, "PODS_PAGE", 25)
+    names = ["gpu-%02d" % index for index in range(30)]
+    pods = [pod("bystander-%02d" % index, names[index % 30]) for index in range(60)]
+    pods.append(pod("train", "gpu-07", {"limits": {"nvidia.com/gpu": "1"}}))
+    core = FakeCore([node(name) for name in names], pods)
+    result = call({"nodes": [spec(name, workload_config="vm-passthrough") for name in names],
+                   "sandbox_workloads_enabled": True, "step": "apply"}, core)
+    assert result["failed"] is True and "gpu-07" in result["msg"] and "train" in result["msg"]
+    assert core.calls == [("list", "nodes"), ("list", "pods", 0), ("list", "pods", 25), ("list", "pods", 50)]
     assert core.patches == []
 
 

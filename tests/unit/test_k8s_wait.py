@@ -496,6 +496,25 @@ def test_kube_api_relists_after_the_server_cut_a_watch_over_http(stub):
     assert "resourceVersion=30" in stub.requests[3]
 
 
+def test_kube_api_drops_managed_fields_but_where_a_wait_reads_them(stub):
+    # A fleet's pods and nodes are held without their managedFields (half their memory); a HelmChart keeps them
+    # (helmchart_wait reads when its spec last changed). Nothing else of the object changes.
+    fields = [{"manager": "kwok", "operation": "Update", "time": "2026-01-01T00:00:00Z", "fieldsV1": {"f:status": {}}}]
+    listed = dict(node("gpu-1", 0), metadata={"name": "gpu-1", "resourceVersion": "5", "managedFields": fields,
+                                              "labels": {"a": "b"}})
+    stub.lists.append((200, _node_list("7", listed)))
+    modified = dict(node("gpu-1", 2), metadata={"name": "gpu-1", "resourceVersion": "9", "managedFields": fields})
+    stub.watches.append(([{"type": "MODIFIED", "object": modified}], False))
+    api = _kube_api(stub.host)
+    items, _version = api.list(NODES, 5)
+    assert items[0]["metadata"] == {"name": "gpu-1", "resourceVersion": "5", "labels": {"a": "b"}}
+    assert [e["object"]["metadata"] for e in api.watch(NODES, "7", 5, 5)] == [{"name": "gpu-1", "resourceVersion": "9"}]
+    chart = {"metadata": {"name": "gpu-operator", "namespace": "kube-system", "managedFields": fields}, "spec": {}}
+    stub.lists.append((200, {"metadata": {"resourceVersion": "3"}, "items": [chart]}))
+    charts, _version = api.list(resource("helmcharts", "helm.cattle.io/v1", "helmcharts", namespace="kube-system"), 5)
+    assert charts == [chart]
+
+
 def test_kube_api_turns_http_and_connection_failures_into_api_errors(stub):
     stub.lists.append((403, {"kind": "Status", "code": 403, "message": 'nodes is forbidden: User "x"'}))
     api = _kube_api(stub.host)

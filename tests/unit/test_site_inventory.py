@@ -96,6 +96,15 @@ def test_an_explicit_api_address_wins():
     assert group_vars["rke2_api_address"] == "192.0.2.10"
 
 
+def test_an_api_vip_becomes_the_api_address_and_must_lie_in_the_network():
+    group_vars = si.inventory(_site(rke2__api_vip="192.0.2.10"))[1]
+    assert group_vars["rke2_api_vip"] == "192.0.2.10" and group_vars["rke2_api_address"] == "192.0.2.10"
+    assert "rke2_api_vip" not in si.inventory(SITE)[1]
+    assert ("rke2.api_vip: 198.51.100.10 is outside network.cidr 192.0.2.0/24: kube-vip announces it on the nodes' "
+            "own subnet") in _problems(_site(rke2__api_vip="198.51.100.10"))
+    assert "rke2.api_vip: 'vip' is not an IP address" in _problems(_site(rke2__api_vip="vip"))
+
+
 def test_valid_site_with_one_server_has_no_warning():
     assert si.validate(SITE) == []
 

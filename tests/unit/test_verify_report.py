@@ -5,8 +5,10 @@ import json
 import yaml
 
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import host_facts
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import node_check as nc
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import verify_report as vr
+from tests.unit import report_fleet
 from tests.unit.fixtures.hosts.fake_host import FakeHost, a10_host, cpu_only_host, h100_preinstalled_host
 from tests.unit.test_preflight_role import inventory, playbook
 
@@ -120,7 +122,6 @@ def test_gpu_verify_reads_the_preflight_report_by_kubernetes_node_name(tmp_path)
 
 def checked(nodes, pods, isolated_nodes=()):
     """gpu_node_check's result for hand-built nodes and pods (chart defaults)."""
-    from ansible_collections.gpuplatform.rke2.plugins.module_utils import node_check as nc
     snapshot = {"nodes": nodes, "pods": pods, "daemonsets": [], "clusterpolicies": []}
     return nc.check(snapshot, nc.policy_from_inputs([], {}), isolated_nodes=isolated_nodes)
 
@@ -168,3 +169,155 @@ def test_a_node_whose_operands_are_paused_is_reported_paused():
     assert report["passed"] is True and report["summary"] == "2 GPU nodes verified: 1 ok, 1 paused"
     assert "| gpu-mig-1 | - | - | version unknown (container) | container | - | - | - | ok | ok | paused | paused | - " \
         "| paused |" in vr.to_markdown(report)
+
+
+# ---------------------------------------------------------------- at fleet scale: summary, order, versions, steps
+
+def fleet_report(n=1000, faults=report_fleet.FAULTS_PER_1000):
+    return vr.build_report("fleet", generated_at="2026-12-01T16:00:00Z", **report_fleet.inputs(n, faults))
+
+
+FLEET = fleet_report()
+FAULTS = dict((name, fault) for name, (_config, fault) in report_fleet.plan(1000).items() if fault)
+
+
+def test_failing_nodes_come_by_their_lowest_broken_layer_bottom_up_then_by_name():
+    order = FLEET["failing_nodes"]
+    assert sorted(order) == sorted(n for n, f in FAULTS.items() if f != report_fleet.ISOLATED)
+    rows = vr.REPORT_LAYERS + (vr.WORKLOAD_LABEL, vr.OTHER_FINDINGS)
+    starts = [vr.first_failure(FLEET["nodes"][name]) for name in order]
+    assert starts == [report_fleet.FIRST_FAILED[FAULTS[name]] for name in order]
+    keys = [(rows.index(start), name) for start, name in zip(starts, order)]
+    assert keys == sorted(keys)
+    # Every node whose driver is broken first, then the container runtime's, ...
+    assert [rows[rank] for rank in sorted(set(rank for rank, _name in keys))] == [
+        "driver", "container-runtime", "device-plugin", "allocatable", "cuda-sample", "workload-label"]
+
+
+def test_the_summary_counts_the_nodes_by_status_and_by_layer():
+    view = FLEET["overview"]
+    per_fault = dict((kind, count) for kind, count in report_fleet.FAULTS_PER_1000)
+    failing = sum(count for kind, count in per_fault.items() if kind != report_fleet.ISOLATED)
+    assert view["gpu_nodes"] == 1000
+    assert view["by_status"] == {"ok": 1000 - failing - per_fault[report_fleet.ISOLATED],
+                                 "warning": per_fault[report_fleet.ISOLATED], "paused": 0, "failing": failing}
+    expected_first = dict((row, 0) for row in vr.REPORT_LAYERS + (vr.WORKLOAD_LABEL, vr.OTHER_FINDINGS))
+    for kind, count in per_fault.items():
+        if kind in report_fleet.FIRST_FAILED:
+            expected_first[report_fleet.FIRST_FAILED[kind]] += count
+    assert view["first_failed_layer"] == expected_first
+    for row, counts in view["by_layer"].items():
+        assert sum(counts.values()) == 1000, row
+    # A crashed driver breaks the layers above it too: each such node counts as failed in all of them.
+    driver_first = expected_first["driver"]
+    assert view["by_layer"]["driver"]["failed"] == driver_first
+    assert view["by_layer"]["container-runtime"]["failed"] == driver_first + per_fault["toolkit-crash"]
+    assert view["by_layer"]["workload-label"] == {"ok": 997, "failed": 3, "paused": 0, "n/a": 0, "not checked": 0}
+    assert view["by_layer"]["cuda-sample"]["failed"] == per_fault["cuda-sample-fails"]
+
+
+def test_the_one_line_summary_names_ten_failing_nodes_and_the_failure_message_twenty():
+    summary = FLEET["summary"]
+    assert summary.startswith("54 of 1000 GPU nodes failing: %s (driver); " % FLEET["failing_nodes"][0])
+    assert summary.count(" (") == vr.SUMMARY_NAMES and "; and 44 more; failed steps: " in summary
+    message = vr.failure_message(FLEET).splitlines()
+    named = sorted(set(line.split(":")[0].strip() for line in message[1:-1]))
+    assert named == sorted(FLEET["failing_nodes"][:vr.MESSAGE_NODES])
+    assert message[-1] == "  and 34 more failing nodes: the report (gpu-verify.md, gpu-verify.html) lists them all"
+
+
+def test_the_versions_are_what_the_nodes_and_pods_run_counted_per_node():
+    versions = FLEET["versions"]
+    assert versions["rke2"] == {report_fleet.RKE2: 1040, report_fleet.RKE2_PREVIOUS: 10}
+    assert versions["gpu-operator"] == {report_fleet.IMAGES["gpu-operator"]: 1}
+    # No driver version where the driver never came up (GFD writes the label).
+    assert versions["driver"] == {"580.126.20, container driver": 843, "version unknown, container driver": 17}
+    toolkit = versions["operand_images"]["container-toolkit"]
+    assert toolkit == {report_fleet.IMAGES["container-toolkit"]: 847}
+    rows = dict(vr.version_rows(FLEET))
+    assert rows["RKE2 (kubelet)"] == [(report_fleet.RKE2, 1040, "node"), (report_fleet.RKE2_PREVIOUS, 10, "node")]
+    assert "| container-toolkit image | nvcr.io/nvidia/k8s/container-toolkit:v1.18.1 (847 GPU nodes) |" \
+        in vr.to_markdown(FLEET)
+
+
+def test_running_images_counts_gpu_nodes_per_image_and_leaves_terminating_and_other_pods_out():
+    from tests.unit.wait_builders import chain_pods, gpu_node, node, operator_pod
+    pods = chain_pods("gpu-1", ["device-plugin"]) + chain_pods("gpu-2", ["device-plugin"]) \
+        + chain_pods("gpu-3", ["device-plugin"]) + chain_pods("cpu-1", ["device-plugin"]) + [operator_pod()]
+    for pod, image in zip(pods, ["dp:v0.18.1", "dp:v0.18.1", "dp:v0.17.4", "dp:v0.18.1", "op:v26.3.2"]):
+        pod["spec"]["containers"][0]["image"] = image
+    pods[2]["metadata"]["deletionTimestamp"] = "2026-12-01T16:00:00Z"
+    other = chain_pods("gpu-1", ["device-plugin"])[0]
+    other["metadata"]["namespace"] = "elsewhere"
+    other["spec"]["containers"][0]["image"] = "dp:elsewhere"
+    nodes = [gpu_node("gpu-1"), gpu_node("gpu-2"), gpu_node("gpu-3"), node("cpu-1", gpu=False)]
+    nodes[0]["status"]["nodeInfo"] = {"kubeletVersion": "v1.34.1+rke2r1"}
+    result = nc.check({"nodes": nodes, "pods": pods + [other], "daemonsets": []}, nc.policy_from_inputs([], {}))
+    assert result["images"] == {"operator": {"op:v26.3.2": 1}, "operands": {"device-plugin": {"dp:v0.18.1": 2}}}
+    assert [result["nodes"][n]["kubelet_version"] for n in ("gpu-1", "gpu-2")] == ["v1.34.1+rke2r1", None]
+
+
+def test_the_workload_label_check_fails_on_a_label_the_operator_ignores_or_does_not_know():
+    nodes = dict((name, node_report()) for name in ("typo", "plain", "labelled"))
+    nodes["labelled"]["workload_label"] = "container"
+    findings = [{"node": "typo", "severity": "error", "code": "unknown-workload-config",
+                 "message": "nvidia.com/gpu.workload.config=vm-passthru is not a workload config"}]
+    report = vr.build_report("site", {"nodes": nodes, "findings": findings, "summary": {}})
+    assert report["nodes"]["typo"]["workload_label"] == {
+        "state": vr.FAILED, "detail": "unknown-workload-config: nvidia.com/gpu.workload.config=vm-passthru is not a "
+                                      "workload config"}
+    assert report["nodes"]["plain"]["workload_label"] == {
+        "state": vr.OK, "detail": "no nvidia.com/gpu.workload.config: container"}
+    assert report["nodes"]["labelled"]["workload_label"]["detail"] == "nvidia.com/gpu.workload.config=container"
+    assert report["failing_nodes"] == ["typo"] and vr.first_failure(report["nodes"]["typo"]) == vr.WORKLOAD_LABEL
+    assert report["summary"] == "1 of 3 GPU nodes failing: typo (workload-label); failed steps: node_check"
+
+
+def test_each_step_shows_how_long_it_took_and_the_operand_wait_its_own_steps():
+    rows = vr.step_rows(FLEET)
+    assert [row[0] for row in rows] == [
+        "operand_readiness", "operand_readiness: operator", "operand_readiness: cluster-policy",
+        "operand_readiness: operands", "allocatable[0]", "cuda_sample", "node_check"]
+    assert [row[2] for row in rows] == [600.4, 0.1, 0.0, 600.3, 600.2, 48.7, 0.9]
+    assert FLEET["elapsed"] == round(600.4 + 600.2 + 48.7 + 0.9, 3)
+    untimed = vr.build_report("site", node_check("gpu-1"))
+    assert untimed["elapsed"] is None
+    assert "| node_check | True | not timed |" in vr.to_markdown(untimed)
+    # Timings are no change to the site.
+    assert vr.stable(untimed) == vr.stable(dict(untimed, elapsed=12.5))
+
+
+def test_the_markdown_puts_the_summary_first_then_the_failing_nodes_then_the_table():
+    markdown = vr.to_markdown(FLEET)
+    headings = [line for line in markdown.splitlines() if line.startswith("## ")]
+    assert headings == ["## Summary", "## Versions", "## Steps", "## Failing nodes (54)", "## Other findings (70)",
+                        "## All GPU nodes (1000)"]
+    failing = [line[4:] for line in markdown.splitlines() if line.startswith("### ")]
+    assert failing == FLEET["failing_nodes"]
+    assert "| driver | 930 | 20 | 0 | 50 | 0 | 20 |" in markdown
+    first = FLEET["failing_nodes"][0]
+    assert "- **%s** / driver: driver: CrashLoopBackOff" % first in markdown
+    assert markdown.index("## Failing nodes") < markdown.index("| %s | amd64 |" % first)
+
+
+def test_the_pages_hold_nothing_the_json_does_not():
+    # Markdown and HTML are rendered from the report alone: from its JSON they come out the same.
+    for report in (FLEET, fleet_report(6, (("toolkit-crash", 1),))):
+        from_json = json.loads(vr.to_json(report))
+        assert vr.to_markdown(from_json) == vr.to_markdown(report)
+        assert vr.to_html(from_json) == vr.to_html(report)
+
+
+def test_gpu_node_check_times_itself_and_the_report_shows_it(tmp_path):
+    from ansible_collections.gpuplatform.rke2.plugins.modules import gpu_node_check
+    snapshot = report_fleet.cluster(6, (("toolkit-crash", 1),))
+    path = tmp_path / "snapshot.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        dict(obj, kind=kind) for kind, key in (("Node", "nodes"), ("Pod", "pods"), ("ClusterPolicy", "clusterpolicies"))
+        for obj in snapshot[key]]}))
+    result = gpu_node_check.run({"snapshot": [str(path)], "nodes": None, "isolated_nodes": []})
+    assert isinstance(result["elapsed"], float) and result["elapsed"] >= 0
+    assert result["images"]["operands"]["container-toolkit"] == {report_fleet.IMAGES["container-toolkit"]: 6}
+    report = vr.build_report("site", result)
+    assert report["steps"]["node_check"]["elapsed"] == result["elapsed"] == report["elapsed"]
+    assert report["versions"]["gpu-operator"] == {report_fleet.IMAGES["gpu-operator"]: 1}

@@ -2,6 +2,7 @@
 the cluster's events, outages and failures scripted in simulated time."""
 import copy
 import json
+import threading
 
 import pytest
 
@@ -422,6 +423,88 @@ def test_cuda_sample_with_an_unreadable_log_fails(run):
     cluster.on_create = without_log
     rc, result, _connects = run(cuda_sample, cluster)
     assert rc == 1 and result["pods"][0]["reason"] == "log not readable: HTTP 403: pods/log is forbidden"
+
+
+def fleet_sample_cluster(size):
+    """``size`` healthy container GPU nodes whose samples all pass."""
+    names = ["gpu-container-%d" % index for index in range(1, size + 1)]
+    pods = []
+    for name in names:
+        pods.extend(chain_pods(name))
+    cluster = FakeCluster(nodes=[gpu_node(name) for name in names], pods=pods)
+    finish(cluster, dict((name, ("Succeeded", 0, PASSED_LOG)) for name in names))
+    return cluster, names
+
+
+def test_cuda_sample_requests_per_fleet_do_not_grow_but_for_the_creates_and_logs(run):
+    # 40 nodes: one list of the nodes, one of the namespace's pods (earlier runs' pods holding the names), a create
+    # and a log read per pod, a list and a watch of the run's pods and the list that confirms they ended, one delete
+    # for all of them; no read or delete per pod.
+    cluster, names = fleet_sample_cluster(40)
+    rc, result, _connects = run(cuda_sample, cluster, per_node=True, concurrency=4)
+    assert rc == 0 and all(p["passed"] for p in result["pods"]) and len(result["pods"]) == 40
+    verbs = {}
+    for call in cluster.calls:
+        verbs[call[0]] = verbs.get(call[0], 0) + 1
+    assert verbs == {"list": 4, "create": 40, "watch": 1, "log": 40, "deletecollection": 1}
+    assert sorted(cluster.deleted) == sorted("cuda-vectoradd-" + name for name in names)
+    assert not cluster.world["pods"].keys() & set("default/cuda-vectoradd-" + name for name in names)
+
+
+def test_cuda_sample_creates_at_most_concurrency_pods_at_a_time(run, monkeypatch):
+    cluster, _names = fleet_sample_cluster(12)
+    state = {"now": 0, "most": 0}
+    real_create = cluster.create_pod
+
+    def create(namespace, body):
+        with cluster.cond:
+            state["now"] += 1
+            state["most"] = max(state["most"], state["now"])
+        try:
+            # Let the other creates of the pool start meanwhile, if it would let them.
+            threading.Event().wait(0.02)
+            return real_create(namespace, body)
+        finally:
+            with cluster.cond:
+                state["now"] -= 1
+
+    monkeypatch.setattr(cluster, "create_pod", create)
+    rc, result, _connects = run(cuda_sample, cluster, per_node=True, concurrency=3)
+    assert rc == 0 and len(result["pods"]) == 12
+    assert state["most"] == 3
+
+
+def test_cuda_sample_deletes_one_by_one_when_the_one_delete_fails(run, monkeypatch):
+    cluster, names = fleet_sample_cluster(3)
+
+    def refuse(namespace, label_selector):
+        raise k8s_wait.ApiError(403, "deletecollection is forbidden")
+
+    monkeypatch.setattr(cluster, "delete_pods", refuse)
+    rc, result, _connects = run(cuda_sample, cluster, per_node=True)
+    assert rc == 0 and result["changed"] is False
+    assert sorted(cluster.deleted) == sorted("cuda-vectoradd-" + name for name in names)
+    assert [w["event"]["msg"] for w in result["warnings"]] == [
+        "could not delete the run's pods in one request (HTTP 403: deletecollection is forbidden): deleting them one "
+        "by one"]
+
+
+def test_cuda_sample_cleans_up_what_it_created_when_a_create_fails(run, monkeypatch):
+    # The third create is refused for good: no further create starts, and the pods created so far are deleted.
+    cluster, _names = fleet_sample_cluster(6)
+    real_create = cluster.create_pod
+
+    def create(namespace, body):
+        if body["metadata"]["name"] == "cuda-vectoradd-gpu-container-3":
+            raise k8s_wait.ApiError(403, "pods is forbidden", fatal=True)
+        return real_create(namespace, body)
+
+    monkeypatch.setattr(cluster, "create_pod", create)
+    rc, result, _connects = run(cuda_sample, cluster, per_node=True, concurrency=1)
+    assert rc == 1 and "pods is forbidden" in result["msg"]
+    assert [p["metadata"]["name"] for p in cluster.created] == [
+        "cuda-vectoradd-gpu-container-1", "cuda-vectoradd-gpu-container-2"]
+    assert sorted(cluster.deleted) == ["cuda-vectoradd-gpu-container-1", "cuda-vectoradd-gpu-container-2"]
 
 
 @pytest.mark.parametrize("args, message", [
