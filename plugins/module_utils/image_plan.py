@@ -105,12 +105,26 @@ def mirror_problems(mirror):
     return []
 
 
+class MalformedBlock(ValueError):
+    """A values block whose image fields are not text: refused, naming the field."""
+
+
+def _text(block, key):
+    """A block's image field as text: a version may be a YAML number, nothing else may."""
+    value = block.get(key)
+    if value is None or isinstance(value, str):
+        return (value or "").strip()
+    if key == "version" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise MalformedBlock("%s is %r, expected a string" % (key, value))
+
+
 def block_reference(block, app_version=None, os_tag=None, kernel=None):
     """The image a chart values block names, as the operator resolves it; None when the
     block is incomplete (no version, or a bare image name without repository)."""
-    repository = (block.get("repository") or "").strip().rstrip("/")
-    image = (block.get("image") or "").strip()
-    version = str(block.get("version") or app_version or "").strip()
+    repository = _text(block, "repository").rstrip("/")
+    image = _text(block, "image")
+    version = (_text(block, "version") or str(app_version or "")).strip()
     if not image:
         return None
     if not repository and not block.get("version"):
@@ -309,6 +323,11 @@ def plan_images(effective, chart_version, nodes=(), os_tags=(), kernels=(), nfd_
         app_version = chart_version if path in APP_VERSION_BLOCKS else None
         digest_or_full = str(block.get("version") or "").startswith(_SHA) or (
             not block.get("repository") and not block.get("version"))
+        for key in ("repository", "image", "version"):
+            try:
+                _text(block, key)
+            except MalformedBlock as exc:
+                raise MalformedBlock("%s.%s" % (path, exc)) from exc
         if os_list is None or digest_or_full:
             refs = [(block_reference(block, app_version), None)]
         elif pairs is not None:

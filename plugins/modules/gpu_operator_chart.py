@@ -405,13 +405,17 @@ def render(params, reference, archive_bytes=None, rke2_image_lists=()):
 
     values = ov.render_values(decisions)
     # The plan's sources are the upstream references: computed before the mirror rewrite.
-    images, plan_problems = ip.plan_images(ov.effective_values(reference, values), version, nodes,
-                                           params.get("driver_os_tags"), params.get("driver_kernels"), nfd_version,
-                                           params.get("cluster_architectures"))
-    if mirror and not ip.mirror_problems(mirror):
-        values = ov.deep_merge(values, ip.mirror_overrides(ov.effective_values(reference, values), mirror))
-        problems.extend(ip.escaping_references(ov.effective_values(reference, values), mirror))
-        problems.extend(plan_problems)
+    try:
+        images, plan_problems = ip.plan_images(ov.effective_values(reference, values), version, nodes,
+                                               params.get("driver_os_tags"), params.get("driver_kernels"),
+                                               nfd_version, params.get("cluster_architectures"))
+        if mirror and not ip.mirror_problems(mirror):
+            values = ov.deep_merge(values, ip.mirror_overrides(ov.effective_values(reference, values), mirror))
+            problems.extend(ip.escaping_references(ov.effective_values(reference, values), mirror))
+            problems.extend(plan_problems)
+    except ip.MalformedBlock as exc:
+        # An image field of the chart's values (or the overrides) that is not text.
+        raise ov.ValuesError(problems + ["values %s" % exc]) from exc
     problems.extend(ov.values_problems(values, decisions, reference, params.get("rke2_version")))
     problems = ov.unique(problems)
     if problems:

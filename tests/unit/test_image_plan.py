@@ -252,3 +252,16 @@ def test_images_txt_and_image_lists():
                     % (MIRROR, MIRROR))
     assert ip.parse_image_list("docker.io/rancher/a:1\n\n# c\ndocker.io/rancher/b:2  # x\ndocker.io/rancher/a:1\n") \
         == ["docker.io/rancher/a:1", "docker.io/rancher/b:2"]
+
+
+@pytest.mark.parametrize("key, value", [("image", 5), ("repository", ["nvcr.io"]), ("version", True)])
+def test_an_image_field_that_is_not_text_is_refused_naming_it(defaults, key, value):
+    # A corrupted values file (the chart's or the overrides) once escaped as an AttributeError.
+    with pytest.raises(ip.MalformedBlock) as refused:
+        plan(defaults, {"toolkit": {key: value}})
+    assert str(refused.value) == "toolkit.%s is %r, expected a string" % (key, value)
+
+
+def test_a_numeric_version_is_read_as_text(defaults):
+    assert "nvcr.io/nvidia/k8s/container-toolkit:1.5" in [source for source, _ in sources(
+        plan(defaults, {"toolkit": {"version": 1.5}})[0])]
