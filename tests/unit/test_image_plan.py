@@ -263,5 +263,5 @@ def test_an_image_field_that_is_not_text_is_refused_naming_it(defaults, key, val
 
 
 def test_a_numeric_version_is_read_as_text(defaults):
-    assert "nvcr.io/nvidia/k8s/container-toolkit:1.5" in [source for source, _ in sources(
+    assert "nvcr.io/nvidia/k8s/container-toolkit:1.5" in [source for source, _components in sources(
         plan(defaults, {"toolkit": {"version": 1.5}})[0])]
