@@ -82,15 +82,23 @@ FATAL = "fatal"
 _TRANSIENT_STATUSES = (0, 408, 429, 500, 502, 503, 504)
 
 Resource = namedtuple("Resource", ["key", "api_version", "plural", "namespace", "label_selector",
-                                   "field_selector", "optional"])
+                                   "field_selector", "optional", "read_spec"])
 
 
-def resource(key, api_version, plural, namespace=None, label_selector=None, field_selector=None, optional=False):
+def resource(key, api_version, plural, namespace=None, label_selector=None, field_selector=None, optional=False,
+             read_spec=False):
     """One kind to cache under ``key``: ``api_version`` as in manifests (``v1``,
     ``apps/v1``, ``nvidia.com/v1``), the lower-case ``plural``, an optional namespace and
     selectors. ``optional``: the kind may not be served yet (a CRD the operator installs
-    later): a 404 counts as "none of them" and is retried with backoff."""
-    return Resource(key, api_version, plural, namespace, label_selector, field_selector, optional)
+    later): a 404 counts as "none of them" and is retried with backoff. ``read_spec``
+    (pods): keep of each pod's spec only what the operand checks read (POD_SPEC_READ)."""
+    return Resource(key, api_version, plural, namespace, label_selector, field_selector, optional, read_spec)
+
+
+def operand_pods(namespace, key="pods"):
+    """The GPU Operator's pods in ``namespace``, as the waits and the check read them:
+    a thousand GPU nodes run some 8,000 of them, and their specs are most of their size."""
+    return resource(key, "v1", "pods", namespace=namespace, read_spec=True)
 
 
 def by_name(key, api_version, plural, name, namespace=None, optional=False):
@@ -654,8 +662,34 @@ def without_managed_fields(obj):
     return obj
 
 
+# What the waits, the check and the report read of an operand pod's spec (k8s_objects.POD
+# declares it): its node, how it was placed there, its containers' names and images (and
+# resources, for GPU_WORKLOAD_POD's readers). Volumes, env, mounts, probes and security
+# contexts are most of a pod: the driver's pod decodes to about 51 KB, 16 KB without them.
+POD_SPEC_READ = ("nodeName", "affinity", "tolerations", "nodeSelector", "containers", "initContainers")
+CONTAINER_READ = ("name", "image", "resources")
+
+
+def with_pod_spec_read(obj):
+    """json object_hook for pods: a pod's spec (the one mapping in a pod with a list of
+    ``containers``) with only the POD_SPEC_READ fields, its containers with CONTAINER_READ;
+    managedFields dropped as by without_managed_fields. Anything of another shape is left
+    as it is, for k8s_objects.read to refuse."""
+    if isinstance(obj.get("containers"), list):
+        spec = dict((key, obj[key]) for key in POD_SPEC_READ if key in obj)
+        for key in ("containers", "initContainers"):
+            items = spec.get(key)
+            if isinstance(items, list):
+                spec[key] = [dict((field, item[field]) for field in CONTAINER_READ if field in item)
+                             if isinstance(item, dict) else item for item in items]
+        return spec
+    return without_managed_fields(obj)
+
+
 def _decode_hook(res):
-    return None if res.plural in KEEP_MANAGED_FIELDS else without_managed_fields
+    if res.plural in KEEP_MANAGED_FIELDS:
+        return None
+    return with_pod_spec_read if res.read_spec else without_managed_fields
 
 
 class _WatchStream(object):

@@ -229,8 +229,7 @@ def gpu_diagnosis(api, nodes, resource, node_names=None):
         node_names = readiness.select_nodes(nodes, resource, policy, daemonsets=daemonsets)[0]
     if not node_names:
         return {}
-    pods, _version = api.list(k8s_wait.resource("pods", "v1", "pods", namespace=policy["namespace"]),
-                              k8s_wait.LIST_READ_TIMEOUT)
+    pods, _version = api.list(k8s_wait.operand_pods(policy["namespace"]), k8s_wait.LIST_READ_TIMEOUT)
     return readiness.diagnose(nodes, pods, policy, sorted(set(node_names)), resource, 1, daemonsets)
 
 

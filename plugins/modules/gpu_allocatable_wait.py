@@ -190,7 +190,7 @@ def resources(params):
         result.append(k8s_wait.resource("clusterpolicies", "/".join(om.CLUSTER_POLICY_API[:2]),
                                         om.CLUSTER_POLICY_API[2], optional=True))
         result.append(k8s_wait.resource("daemonsets", "apps/v1", "daemonsets", namespace=params["operator_namespace"]))
-        result.append(k8s_wait.resource("pods", "v1", "pods", namespace=params["operator_namespace"]))
+        result.append(k8s_wait.operand_pods(params["operator_namespace"]))
     return result
 
 
@@ -212,8 +212,7 @@ def timeout_diagnosis(api, result, params):
     if policy["namespace"] == params["operator_namespace"] and "pods" in result.cache and "pods" not in result.stale:
         pods = k8s_wait.objects(result.cache, "pods")
     else:
-        pods, _version = api.list(k8s_wait.resource("pods", "v1", "pods", namespace=policy["namespace"]),
-                                  k8s_wait.LIST_READ_TIMEOUT)
+        pods, _version = api.list(k8s_wait.operand_pods(policy["namespace"]), k8s_wait.LIST_READ_TIMEOUT)
     return readiness.diagnose(k8s_wait.objects(result.cache, "nodes"), pods, policy, sorted(detail["waiting"]),
                               params["resource"], params["min_per_node"], k8s_wait.objects(result.cache, "daemonsets"))
 

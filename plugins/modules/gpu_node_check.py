@@ -327,16 +327,18 @@ def load_snapshot(paths):
     return node_check.split_snapshot(documents)
 
 
-def _list_all(call, *args):
+def _list_all(call, *args, **options):
     """Every item of a list call, page by page; items as the API's JSON (camelCase),
-    read raw rather than through the client's models, which costs much more."""
+    read raw rather than through the client's models, which costs much more.
+    ``object_hook``: how the objects are decoded (by default without managedFields, which
+    the check never reads: half of what a pod takes in memory)."""
+    object_hook = options.get("object_hook", k8s_wait.without_managed_fields)
     items, token = [], None
     while True:
         kwargs = {"limit": PAGE_SIZE, "_preload_content": False}
         if token:
             kwargs["_continue"] = token
-        # Without managedFields, which the check never reads: half of what a pod takes in memory.
-        page = json.loads(call(*args, **kwargs).data, object_hook=k8s_wait.without_managed_fields)
+        page = json.loads(call(*args, **kwargs).data, object_hook=object_hook)
         items.extend(page.get("items") or ())
         token = (page.get("metadata") or {}).get("continue")
         if not token:
@@ -362,7 +364,7 @@ def read_cluster(params, overrides):
         what = "nodes"
         nodes = _list_all(core.list_node)
         what = "pods in %s" % policy["namespace"]
-        pods = _list_all(core.list_namespaced_pod, policy["namespace"])
+        pods = _list_all(core.list_namespaced_pod, policy["namespace"], object_hook=k8s_wait.with_pod_spec_read)
         what = "daemonsets in %s" % policy["namespace"]
         daemonsets = _list_all(k8s_client.AppsV1Api(client).list_namespaced_daemon_set, policy["namespace"])
     except ApiException as exc:

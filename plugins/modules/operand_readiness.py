@@ -178,7 +178,7 @@ def resources(params):
                           optional=True),
         k8s_wait.resource("nodes", "v1", "nodes", label_selector=params["label_selector"],
                           field_selector="metadata.name=" + names[0] if len(names) == 1 else None),
-        k8s_wait.resource("pods", "v1", "pods", namespace=namespace),
+        k8s_wait.operand_pods(namespace),
         # Their pod templates say which taints the operands tolerate.
         k8s_wait.resource("daemonsets", "apps/v1", "daemonsets", namespace=namespace),
     ]

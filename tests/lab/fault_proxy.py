@@ -307,6 +307,11 @@ class FaultProxy(object):
                 return
             conn.upstream = socket.create_connection(self.upstream, timeout=10)
             conn.upstream.settimeout(None)
+            # Each piece is passed on as it comes, on both sides: with Nagle's algorithm a
+            # response's second small write waited for the ACK of its first, which the other
+            # end delays (40 ms on Linux): 0.13 s more per wait in pass-through mode, measured.
+            for sock in (conn.client, conn.upstream):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._pump(conn)
         except OSError:
             self._close(conn)

@@ -563,3 +563,82 @@ def test_connect_builds_the_adapter_from_connection_options(tmp_path):
     api = k8s_wait.connect({"kubeconfig": str(kubeconfig)})
     assert isinstance(api, KubeApi)
     assert api.core.api_client.configuration.host == "https://127.0.0.1:6443"
+
+
+def _operand_pod(name, node_name, **spec):
+    """An operand pod as the API serves it: most of its spec is volumes, env and mounts."""
+    container = {"name": "nvidia-driver-ctr", "image": "nvcr.io/nvidia/driver:580.95.05",
+                 "resources": {"limits": {"memory": "1Gi"}}, "env": [{"name": "DRIVER_VERSION", "value": "580"}],
+                 "volumeMounts": [{"name": "run-nvidia", "mountPath": "/run/nvidia"}],
+                 "securityContext": {"privileged": True}, "startupProbe": {"exec": {"command": ["true"]}}}
+    body = {"nodeName": node_name, "containers": [container], "initContainers": [dict(container, name="k8s-driver-manager")],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}]}}},
+            "nodeSelector": {"nvidia.com/gpu.deploy.driver": "true"},
+            "volumes": [{"name": "run-nvidia", "hostPath": {"path": "/run/nvidia"}}], "hostPID": True,
+            "serviceAccountName": "nvidia-driver"}
+    body.update(spec)
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "gpu-operator", "resourceVersion": "4", "labels": {"app": name},
+                         "managedFields": [{"manager": "kube-controller-manager", "fieldsV1": {}}]},
+            "spec": body,
+            "status": {"phase": "Running", "containerStatuses": [{"name": "nvidia-driver-ctr", "ready": True,
+                                                                  "image": "nvcr.io/nvidia/driver:580.95.05"}]}}
+
+
+def test_operand_pods_are_held_with_only_the_spec_the_checks_read(stub):
+    # At a thousand GPU nodes the waits hold some 8,000 operand pods; their volumes, env and mounts are most of them.
+    pod = _operand_pod("nvidia-driver-daemonset-a", "gpu-1")
+    stub.lists.append((200, {"metadata": {"resourceVersion": "7"}, "items": [pod]}))
+    stub.watches.append(([{"type": "MODIFIED", "object": pod}], False))
+    api = _kube_api(stub.host)
+    pods = k8s_wait.operand_pods("gpu-operator")
+    listed, _version = api.list(pods, 5)
+    watched = [event["object"] for event in api.watch(pods, "7", 5, 5)]
+    for got in (listed[0], watched[0]):
+        assert sorted(got["spec"]) == ["affinity", "containers", "initContainers", "nodeName", "nodeSelector",
+                                       "tolerations"]
+        assert got["spec"]["containers"] == [{"name": "nvidia-driver-ctr", "image": "nvcr.io/nvidia/driver:580.95.05",
+                                              "resources": {"limits": {"memory": "1Gi"}}}]
+        assert got["spec"]["initContainers"][0]["name"] == "k8s-driver-manager"
+        assert got["spec"]["affinity"] == pod["spec"]["affinity"] and got["spec"]["nodeName"] == "gpu-1"
+        # Metadata and status whole, managedFields dropped as for every kind.
+        assert got["metadata"] == {"name": "nvidia-driver-daemonset-a", "namespace": "gpu-operator",
+                                   "resourceVersion": "4", "labels": {"app": "nvidia-driver-daemonset-a"}}
+        assert got["status"] == pod["status"]
+    # A pod read as any other kind (node_drain reads a pod's volumes) keeps its spec.
+    stub.lists.append((200, {"metadata": {"resourceVersion": "8"}, "items": [pod]}))
+    whole, _version = api.list(resource("pods", "v1", "pods", namespace="gpu-operator"), 5)
+    assert whole[0]["spec"] == pod["spec"]
+
+
+def test_a_pod_spec_of_another_shape_is_left_for_the_read_to_refuse():
+    from ansible_collections.gpuplatform.rke2.plugins.module_utils import k8s_objects as ko
+    for spec in ({"containers": "nvidia-driver-ctr"}, {"containers": [5], "volumes": "x"}, {"nodeName": 3}):
+        text = json.dumps(dict(_operand_pod("p", "gpu-1"), spec=spec))
+        decoded = json.loads(text, object_hook=k8s_wait.with_pod_spec_read)
+        with pytest.raises(ko.MalformedObject):
+            ko.read("Pod", decoded)
+
+
+def test_the_check_reads_the_same_fleet_from_operand_pods_held_so():
+    # Every verdict, layer, reason and image of the check over the lab's fleet is the same when its pods are
+    # decoded as the waits and the check hold them.
+    import os
+    from ansible_collections.gpuplatform.rke2.plugins.module_utils import node_check
+    path = os.path.join(os.path.dirname(__file__), "snapshots", "lab-fleet.yaml")
+    with open(path) as handle:
+        snapshot = node_check.split_snapshot(node_check.parse_documents(handle.read(), path))
+    policy = node_check.policy_from_inputs(snapshot["clusterpolicies"], {}, snapshot["daemonsets"])
+    # The lab's pods, each with an operand pod's volumes, env and mounts besides.
+    extra = _operand_pod("x", "gpu-1")["spec"]
+    for pod in snapshot["pods"]:
+        spec = pod.setdefault("spec", {})
+        for key in ("volumes", "hostPID", "serviceAccountName"):
+            spec.setdefault(key, extra[key])
+        for container in spec.get("containers") or ():
+            container.setdefault("env", extra["containers"][0]["env"])
+    held = dict(snapshot, pods=json.loads(json.dumps(snapshot["pods"]), object_hook=k8s_wait.with_pod_spec_read))
+    assert all("volumes" not in pod["spec"] for pod in held["pods"]) and held["pods"]
+    assert node_check.check(held, policy) == node_check.check(snapshot, policy)
