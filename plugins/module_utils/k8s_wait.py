@@ -95,10 +95,11 @@ def resource(key, api_version, plural, namespace=None, label_selector=None, fiel
     return Resource(key, api_version, plural, namespace, label_selector, field_selector, optional, read_spec)
 
 
-def operand_pods(namespace, key="pods"):
-    """The GPU Operator's pods in ``namespace``, as the waits and the check read them:
-    a thousand GPU nodes run some 8,000 of them, and their specs are most of their size."""
-    return resource(key, "v1", "pods", namespace=namespace, read_spec=True)
+def operand_pods(namespace):
+    """The GPU Operator's pods in ``namespace`` (cached under ``pods``), as the waits and the
+    check read them: a thousand GPU nodes run some 8,000 of them, and their specs are most
+    of their size."""
+    return resource("pods", "v1", "pods", namespace=namespace, read_spec=True)
 
 
 def by_name(key, api_version, plural, name, namespace=None, optional=False):
