@@ -96,10 +96,14 @@ lab-status: venv ## show the lab's processes, kubeconfig and nodes
 .PHONY: test lint sanity unit integration rke2-binary-tests molecule build-collection docs-check
 # The lab binaries build (cold: about half an hour on 2 cores, docs/lab.md) while the suites that need no lab run:
 # those are mostly single-threaded, and a cold CI run would otherwise leave a core idle for their length.
-# The real rke2 (molecule/rke2's only) builds in turn while the lab suites run, niced: they wait on the API much of
-# the time, and a lab waiting on its CPU would only make their deadlines tighter.
+# The lab suites then run beside the real rke2's build and, once it is there, the suites that need only that
+# binary (tests/rke2, molecule/rke2: no lab, no Kubernetes API): the lab suites wait on the API much of the time,
+# and run in series the two would add up to the run's longest stretch (docs/lab.md). That side runs niced, so a lab
+# waiting on its CPU does not make the lab suites' deadlines tighter; its output is kept in a log and printed
+# whole when it ends. molecule/default brings up a lab of its own, so it runs last, alone.
 LAB_BUILD_LOG := $(ROOT)/.build/lab-build.log
 RKE2_BUILD_LOG := $(ROOT)/.build/rke2-build.log
+RKE2_SUITES_LOG := $(ROOT)/.build/rke2-suites.log
 test: venv ## every test: lint, sanity, unit, lab integration, molecule
 	@mkdir -p $(ROOT)/.build
 	@echo "lab binaries: building in the background while lint, sanity and unit run (log: $(LAB_BUILD_LOG))"
@@ -108,15 +112,22 @@ test: venv ## every test: lint, sanity, unit, lab integration, molecule
 	  $(MAKE) lint && $(MAKE) sanity && $(MAKE) unit site-check && $(MAKE) build-collection || exit 1; \
 	  echo "lab binaries: waiting for the build (log: $(LAB_BUILD_LOG))"; \
 	  if ! wait $$build; then cat $(LAB_BUILD_LOG); echo "lab binaries: the build failed (above)"; exit 1; fi; \
-	  tail -n 3 $(LAB_BUILD_LOG); \
-	  echo "rke2: building in the background while the lab suites run (log: $(RKE2_BUILD_LOG))"; \
-	  nice -n 10 $(PY) -m tests.lab.labctl build --part rke2 > $(RKE2_BUILD_LOG) 2>&1 & build=$$!; \
+	  trap - EXIT; tail -n 3 $(LAB_BUILD_LOG)
+	@echo "rke2: building, then tests/rke2 and molecule/rke2, in the background beside the lab suites (logs: $(RKE2_BUILD_LOG), $(RKE2_SUITES_LOG))"
+	@# setsid: the side's make, molecule and ansible processes form one process group, stopped together if the
+	@# lab suites fail first.
+	@setsid nice -n 10 sh -c '$(PY) -m tests.lab.labctl build --part rke2 > $(RKE2_BUILD_LOG) 2>&1 || \
+	    { cat $(RKE2_BUILD_LOG); echo "rke2: the build failed (above)"; exit 1; }; \
+	    tail -n 2 $(RKE2_BUILD_LOG); $(MAKE) --no-print-directory rke2-binary-tests && \
+	    $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS=rke2' > $(RKE2_SUITES_LOG) 2>&1 & side=$$!; \
+	  trap 'kill -- -$$side 2>/dev/null' EXIT; \
 	  $(MAKE) integration || exit 1; \
-	  echo "rke2: waiting for the build (log: $(RKE2_BUILD_LOG))"; \
-	  if ! wait $$build; then cat $(RKE2_BUILD_LOG); echo "rke2: the build failed (above)"; exit 1; fi; \
-	  trap - EXIT; tail -n 2 $(RKE2_BUILD_LOG)
-	$(MAKE) rke2-binary-tests
-	$(MAKE) molecule
+	  echo "rke2 side: waiting for the build, tests/rke2 and molecule/rke2 (log: $(RKE2_SUITES_LOG))"; \
+	  wait $$side; rc=$$?; trap - EXIT; \
+	  echo "---------------- rke2 side (the real rke2's build, tests/rke2, molecule/rke2): its output"; \
+	  cat $(RKE2_SUITES_LOG); \
+	  if [ $$rc -ne 0 ]; then echo "rke2 side failed (exit $$rc; output above)"; exit 1; fi
+	$(MAKE) molecule MOLECULE_SCENARIOS=default
 	$(call say,make test: all suites passed)
 
 lint: venv ## ansible-lint with the production profile
@@ -142,18 +153,20 @@ unit: venv browser ## unit tests (pure logic, no cluster; the report's page in D
 
 integration: venv lab-binaries ## lab integration tests (brings the lab up for the session)
 	$(call say,lab integration tests)
-	$(PY) -m pytest tests/integration -q -rs
+	$(PY) -m pytest tests/integration -q -rs --durations=25
 
 rke2-binary-tests: venv lab-build ## the checks against the real rke2 binary (tests/rke2: the server-only key list)
 	$(call say,checks against the real rke2 binary)
 	$(PY) -m pytest tests/rke2 -q -rs
 
+# Every scenario by default; make molecule MOLECULE_SCENARIOS=rke2 runs one.
+MOLECULE_SCENARIOS ?= $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
 molecule: venv lab-build ## molecule scenarios
 	$(call say,molecule scenarios)
 	@# Each scenario's output is kept in .build/molecule-<scenario>.log; on a failure the failed tasks are printed
 	@# again at the end, where a CI log's tail shows them (molecule's own summary names only the playbook).
 	@if ls molecule/*/molecule.yml >/dev/null 2>&1; then \
-	  for s in $$(ls molecule); do \
+	  for s in $(MOLECULE_SCENARIOS); do \
 	    log=$(ROOT)/.build/molecule-$$s.log; \
 	    if ! PATH=$(BIN):$$PATH $(BIN)/molecule test -s $$s 2>&1 | tee $$log; then \
 	      echo "molecule $$s failed; its failed tasks (full log: $$log):"; \

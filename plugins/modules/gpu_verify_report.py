@@ -20,7 +20,7 @@ description:
     per layer and for the workload label, how many nodes are in each state and how many failing nodes it is the
     lowest broken layer of), the versions seen running (each node's kubelet, which on RKE2 is RKE2's version, the
     operator's image, the driver NVML reports, each operand's image, with node counts), how long each step took
-    (the waits' and gpu_node_check's own C(elapsed); the step gate and the report are not timed), the failing
+    (the step gate's, the waits' and gpu_node_check's own C(elapsed); writing the report is not counted), the failing
     nodes by lowest broken layer with their diagnosis written out, the other findings, then every GPU node's row.
     The JSON holds all of it (C(overview), C(versions), C(failing_nodes), C(steps), C(elapsed), C(nodes)).
   - Writes C(gpu-verify.json), C(gpu-verify.md) and C(gpu-verify.html) in O(dest). The files always carry the
@@ -59,6 +59,11 @@ options:
     description: Host facts per node name (the C(gpu_host) facts of M(gpuplatform.rke2.gpu_host_facts)).
     type: dict
     default: {}
+  step_gate:
+    description:
+      - The registered result of M(gpuplatform.rke2.step_gate) for step 6, when the gate ran; its time is the
+        first step's. Without it the step gate's row says C(not run).
+    type: dict
   formats:
     description: Which files to write.
     type: list
@@ -132,6 +137,7 @@ def main():
             allocatable=dict(type="list", elements="dict", default=[]),
             cuda_sample=dict(type="dict"),
             host_facts=dict(type="dict", default={}),
+            step_gate=dict(type="dict"),
             formats=dict(type="list", elements="str", choices=["json", "markdown", "html"],
                          default=["json", "markdown", "html"]),
             fail_on_failure=dict(type="bool", default=True),
@@ -142,7 +148,7 @@ def main():
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     try:
         report = vr.build_report(p["site"], p["node_check"], p["operand_readiness"], p["allocatable"],
-                                 p["cuda_sample"], p["host_facts"], generated_at=now)
+                                 p["cuda_sample"], p["host_facts"], generated_at=now, step_gate=p["step_gate"])
     except ValueError as exc:
         # A result the report cannot read, named by option and field; nothing is written.
         module.fail_json(msg=str(exc))

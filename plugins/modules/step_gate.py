@@ -82,10 +82,16 @@ observed:
   description: What the gate saw (API error, node states, HelmChart install state, verification report).
   returned: always
   type: dict
+elapsed:
+  description: Seconds the gate's reads took (the verification report shows it as the step gate's time).
+  returned: always
+  type: float
+  sample: 0.41
 """
 
 import json
 import os
+import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
@@ -180,6 +186,7 @@ def main():
         if not isinstance(entry.get("api"), str) or entry["api"].count("/") != 2:
             module.fail_json(msg="required_apis: each entry needs api: group/version/plural, got %r" % (entry,))
     observed = {"api_error": None, "nodes": {}, "helmchart": None, "verify_report": None, "missing_resources": []}
+    started = time.monotonic()
     try:
         from kubernetes import client
         api = api_client(params)
@@ -198,9 +205,10 @@ def main():
             module.fail_json(msg="cannot read verification report %s: %s" % (params["verify_report"], exc),
                              observed=observed)
     ok, message = gate(params["step"], observed, params["site"])
+    elapsed = round(time.monotonic() - started, 3)
     if not ok:
-        module.fail_json(msg=message, message=message, observed=observed)
-    module.exit_json(changed=False, message=message, observed=observed)
+        module.fail_json(msg=message, message=message, observed=observed, elapsed=elapsed)
+    module.exit_json(changed=False, message=message, observed=observed, elapsed=elapsed)
 
 
 if __name__ == "__main__":

@@ -95,6 +95,10 @@ def test_the_gpu_steps_verify_200_nodes_green(scale_lab):
     assert report["passed"] is True, report["summary"]
     assert sorted(n for n in report["nodes"] if n in gpu_nodes) == gpu_nodes
     assert report["steps"]["cuda_sample"]["passed"] is True
+    # Every step is timed, the step gate's reads included (it checked the 200 nodes Ready).
+    steps = ("step_gate", "operand_readiness", "cuda_sample", "node_check")
+    timed = [report["steps"][name]["elapsed"] for name in steps]
+    assert all(isinstance(seconds, float) and seconds >= 0 for seconds in timed), report["steps"]
     assert _sample_pods(scale_lab) == []
 
 

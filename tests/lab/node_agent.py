@@ -57,6 +57,7 @@ from kubernetes import client, config, watch
 
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import image_plan
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import readiness
 from tests.lab import fleet as fleet_mod
 
 SIM_CONFIGMAP = "gpu-operator-sim"
@@ -78,6 +79,11 @@ SAFETY_SECONDS = 30.0
 # many at a time: a thousand-node fleet's rollout is ten thousand of them, and one after
 # another they would make the lab, not the collection, what a scale benchmark measures.
 WRITE_CONCURRENCY = 8
+# The collection's CUDA sample pods (readiness.sample_pod's labels) end as soon as they run,
+# through a watch of their own: a thousand-node reconcile (every node and operand pod listed)
+# takes seconds, and a sample waiting for the next one would make every sample pod of a scale
+# benchmark as slow as the lab. Other pods that run a cuda-sample image end in the reconcile.
+SAMPLE_SELECTOR = "%s=cuda-sample" % readiness.SAMPLE_LABEL_NAME
 
 _WAIT_FOR_FILE = re.compile(r"until \[ -f /run/nvidia/validations/([\w.-]+) \]")
 # cmd/nvidia-validator: the status file each component writes when it validated.
@@ -192,6 +198,8 @@ class NodeAgent(object):
         self.quiet_pending = False
         self._lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(WRITE_CONCURRENCY, thread_name_prefix="write")
+        self._sample_pool = concurrent.futures.ThreadPoolExecutor(WRITE_CONCURRENCY, thread_name_prefix="sample")
+        self._samples_ending = set()  # uids of sample pods the sample watch is ending
 
     # ------------------------------------------------------------ plumbing
     def _json(self, obj):
@@ -236,6 +244,7 @@ class NodeAgent(object):
         )
         for name, fn, kwargs in watches:
             threading.Thread(target=self._watch, args=(name, fn), kwargs=kwargs, daemon=True).start()
+        threading.Thread(target=self._watch_samples, daemon=True).start()
         self.quiet_pending = False
         while True:
             # Woken by an event; or, when the last summary waited only for the cluster to be
@@ -654,31 +663,72 @@ class NodeAgent(object):
         return True
 
     # ------------------------------------------------------------ CUDA sample
+    @staticmethod
+    def _runs_sample(pod):
+        containers = pod["spec"].get("containers") or []
+        return (any("cuda-sample" in c.get("image", "") for c in containers)
+                and (pod.get("status") or {}).get("phase") == "Running"
+                and not pod["metadata"].get("deletionTimestamp"))
+
+    @staticmethod
+    def _sample_log(node, running):
+        """The log lines and exit code of a sample on ``node`` (its object, or None), whose
+        Running and Ready operands are ``running``."""
+        annotations = ((node or {}).get("metadata") or {}).get("annotations") or {}
+        if annotations.get(fleet_mod.CUDA_SAMPLE_ANNOTATION) == "fail":
+            return ("[Vector addition of 50000 elements]",
+                    "Failed to allocate device vector A (error code no CUDA-capable device is detected)!"), 1
+        if "container-toolkit" not in running and "device-plugin" in running:
+            # The silent failure: GPUs advertised, but no runtime hook to expose them.
+            return ("[Vector addition of 50000 elements]",
+                    "Failed to allocate device vector A (error code CUDA driver version is insufficient for "
+                    "CUDA runtime version)!"), 1
+        return CUDA_PASSED_LOG, 0
+
     def cuda_samples(self, nodes, pods):
         running_by_node = self._ready_by_node(pods)
         by_name = dict((n["metadata"]["name"], n) for n in nodes)
         finished = []
         for pod in pods:
-            containers = pod["spec"].get("containers") or []
-            if not any("cuda-sample" in c.get("image", "") for c in containers):
+            if not self._runs_sample(pod) or pod["metadata"].get("uid") in self._samples_ending:
                 continue
-            if (pod.get("status") or {}).get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
-                continue
-            node = by_name.get(pod["spec"].get("nodeName")) or {"metadata": {}}
-            annotations = node["metadata"].get("annotations") or {}
-            running = running_by_node.get(pod["spec"].get("nodeName"), set())
-            if annotations.get(fleet_mod.CUDA_SAMPLE_ANNOTATION) == "fail":
-                lines = ("[Vector addition of 50000 elements]",
-                         "Failed to allocate device vector A (error code no CUDA-capable device is detected)!")
-            elif "container-toolkit" not in running and "device-plugin" in running:
-                # The silent failure: GPUs advertised, but no runtime hook to expose them.
-                lines = ("[Vector addition of 50000 elements]",
-                         "Failed to allocate device vector A (error code CUDA driver version is insufficient for "
-                         "CUDA runtime version)!")
-            else:
-                lines = CUDA_PASSED_LOG
-            finished.append((pod, lines, 0 if lines is CUDA_PASSED_LOG else 1))
+            node_name = pod["spec"].get("nodeName")
+            lines, exit_code = self._sample_log(by_name.get(node_name), running_by_node.get(node_name, set()))
+            finished.append((pod, lines, exit_code))
+        with self._lock:  # the sample watch leaves these alone
+            self._samples_ending.update(pod["metadata"].get("uid") for pod, _lines, _code in finished)
         self._concurrently(self._finish_pod, finished)
+
+    def _watch_samples(self):
+        """Ends each of the collection's sample pods once it runs, from its node and that
+        node's pods as they are then (SAMPLE_SELECTOR)."""
+        while True:
+            try:
+                for event in watch.Watch().stream(self.core.list_pod_for_all_namespaces, label_selector=SAMPLE_SELECTOR,
+                                                  timeout_seconds=300):
+                    pod = self._json(event["object"])
+                    uid = pod["metadata"].get("uid")
+                    if event["type"] == "DELETED" or not self._runs_sample(pod) or uid in self._samples_ending:
+                        continue
+                    with self._lock:
+                        self._samples_ending.add(uid)
+                    self._sample_pool.submit(self._end_sample, pod)
+            except Exception as exc:  # the API server restarts under us in fault tests
+                print("watch samples: %s" % exc, file=sys.stderr, flush=True)
+                time.sleep(0.5)
+
+    def _end_sample(self, pod):
+        node_name = pod["spec"].get("nodeName")
+        try:
+            node = self._json(self.core.read_node(node_name))
+            on_node = self._list(self.core.list_pod_for_all_namespaces, field_selector="spec.nodeName=" + node_name)
+            lines, exit_code = self._sample_log(node, self._ready_by_node(on_node).get(node_name, set()))
+            self._finish_pod(pod, lines, exit_code)
+        except Exception as exc:  # the reconcile ends it instead
+            print("sample %s: %s" % (pod["metadata"].get("name"), exc), file=sys.stderr, flush=True)
+            with self._lock:
+                self._samples_ending.discard(pod["metadata"].get("uid"))
+            self.events.put("samples")
 
     def _finish_pod(self, pod, lines, exit_code):
         meta = pod["metadata"]

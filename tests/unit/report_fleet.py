@@ -165,4 +165,7 @@ def inputs(n, faults_per_1000=FAULTS_PER_1000):
     failed_pods = [p for p in pods if not p["passed"]]
     cuda = {"failed": bool(failed_pods), "elapsed": 48.7, "pods": pods,
             "msg": "%d of %d sample pods failed" % (len(failed_pods), len(pods)) if failed_pods else ""}
-    return {"node_check": check, "readiness": readiness, "allocatable_results": [allocatable], "cuda": cuda}
+    gate = {"changed": False, "elapsed": 0.4, "message": "step 5 (GPU Operator) is verified: step 6 may start",
+            "observed": {"api_error": None, "nodes": dict((name, "Ready") for name in alloc_nodes)}}
+    return {"node_check": check, "readiness": readiness, "allocatable_results": [allocatable], "cuda": cuda,
+            "step_gate": gate}

@@ -275,6 +275,8 @@ def report_inputs():
     check = nc.check(snapshot, policy)
     diagnosis = rd.diagnose(snapshot["nodes"], snapshot["pods"], policy, ["gpu-container-2", "gpu-gone"])
     return {
+        "step_gate": {"changed": False, "message": "step 6 may start", "elapsed": 0.2,
+                      "observed": {"api_error": None, "nodes": {"gpu-container-1": "Ready"}}},
         "node_check": check,
         "operand_readiness": {"failed": True, "msg": "timed out", "diagnosis": diagnosis},
         "allocatable": [{"failed": False, "msg": "", "nodes": {
@@ -295,7 +297,8 @@ REPORT_INPUTS = report_inputs()
 
 def build(inputs):
     report = vr.build_report("lab", inputs.get("node_check"), inputs.get("operand_readiness"),
-                             inputs.get("allocatable"), inputs.get("cuda_sample"), inputs.get("host_facts"))
+                             inputs.get("allocatable"), inputs.get("cuda_sample"), inputs.get("host_facts"),
+                             step_gate=inputs.get("step_gate"))
     vr.to_json(report)
     vr.to_markdown(report)
     vr.to_html(report)

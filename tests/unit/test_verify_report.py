@@ -276,13 +276,18 @@ def test_the_workload_label_check_fails_on_a_label_the_operator_ignores_or_does_
 def test_each_step_shows_how_long_it_took_and_the_operand_wait_its_own_steps():
     rows = vr.step_rows(FLEET)
     assert [row[0] for row in rows] == [
-        "operand_readiness", "operand_readiness: operator", "operand_readiness: cluster-policy",
+        "step_gate", "operand_readiness", "operand_readiness: operator", "operand_readiness: cluster-policy",
         "operand_readiness: operands", "allocatable[0]", "cuda_sample", "node_check"]
-    assert [row[2] for row in rows] == [600.4, 0.1, 0.0, 600.3, 600.2, 48.7, 0.9]
-    assert FLEET["elapsed"] == round(600.4 + 600.2 + 48.7 + 0.9, 3)
+    assert [row[2] for row in rows] == [0.4, 600.4, 0.1, 0.0, 600.3, 600.2, 48.7, 0.9]
+    assert rows[0][1:] == (True, 0.4, "step 5 (GPU Operator) is verified: step 6 may start")
+    assert FLEET["elapsed"] == round(0.4 + 600.4 + 600.2 + 48.7 + 0.9, 3)
     untimed = vr.build_report("site", node_check("gpu-1"))
     assert untimed["elapsed"] is None
-    assert "| node_check | True | not timed |" in vr.to_markdown(untimed)
+    markdown = vr.to_markdown(untimed)
+    assert "| node_check | True | not timed |" in markdown
+    # Without the gate's result (gpu_verify_gate: false) its row says so; nothing fails for it.
+    assert "| step_gate | None | not timed | not run |" in markdown
+    assert untimed["passed"] is True
     # Timings are no change to the site.
     assert vr.stable(untimed) == vr.stable(dict(untimed, elapsed=12.5))
 

@@ -71,6 +71,8 @@ def test_the_report_page_shows_the_summary_first_then_the_failing_nodes_then_the
         assert page.locator("#node-%s li" % first).first.inner_text() == "%s: %s" % (
             layer, report["nodes"][first]["layers"][layer]["detail"])
         assert page.locator("#nodes tr").count() == len(report["nodes"]) + 1
+        # Nothing is wider than the window: no horizontal scrolling to read a row's status.
+        assert page.evaluate("document.documentElement.scrollWidth") <= VIEWPORT["width"]
 
         os.makedirs(SCREENSHOTS, exist_ok=True)
         shot = os.path.join(SCREENSHOTS, "gpu-verify-%d-nodes.png" % size)
