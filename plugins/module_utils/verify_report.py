@@ -280,8 +280,7 @@ def build_report(site, node_check, readiness=None, allocatable_results=None, cud
         }
     steps = {
         # A failed gate stops the play before the report: here it passed, or was not run.
-        "step_gate": {"passed": True, "message": step_gate.get("message") or "", "elapsed": step_gate.get("elapsed")}
-        if step_gate is not None else _step(None),
+        "step_gate": _step(step_gate),
         "operand_readiness": _step(readiness),
         "allocatable": [_step(r) for r in allocatable_results or ()],
         "cuda_sample": _step(cuda),
@@ -442,7 +441,8 @@ def _check_summary(summary):
 def _step(result):
     if result is None:
         return {"passed": None, "message": "not run"}
-    return {"passed": not result.get("failed", False), "message": result.get("msg") or "",
+    # step_gate says why in ``message``, the waits in ``msg``.
+    return {"passed": not result.get("failed", False), "message": result.get("msg") or result.get("message") or "",
             "elapsed": result.get("elapsed"), "steps_seconds": result.get("steps")}
 
 
