@@ -307,8 +307,10 @@ class Lab(object):
         except (urllib.error.URLError, OSError, ssl.SSLError):
             return False
 
-    def _wait_for(self, what, predicate, timeout, component=None):
-        """Start-up waits for local processes (the lab's own plumbing, not a product wait)."""
+    def _wait_for(self, what, predicate, timeout, component=None, why=None):
+        """Start-up waits for local processes (the lab's own plumbing, not a product wait).
+        ``why()``, when given, says at the timeout what was still missing; the component's
+        log tail comes with it, as the lab's work directory may be gone when it is read."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if predicate():
@@ -317,7 +319,12 @@ class Lab(object):
                 raise LabError("%s exited during start-up (%s); see %s:\n%s" % (
                     component, self._exited(component), self._log_path(component), self._log_tail(component)))
             time.sleep(0.1)
-        raise LabError("%s not ready after %ss; logs in %s" % (what, timeout, self.logs_dir))
+        message = "%s not ready after %ss; logs in %s" % (what, timeout, self.logs_dir)
+        if why is not None:
+            message += "\nstill missing: %s" % why()
+        if component:
+            message += "\n%s log, last lines:\n%s" % (component, self._log_tail(component))
+        raise LabError(message)
 
     def _exited(self, component):
         """How a component this Lab started has ended ("exit status N"), or None while it runs.
@@ -987,22 +994,37 @@ class Lab(object):
         token = uuid.uuid4().hex
         self._sync(token)
 
+        missing = ["no summary read yet"]
+
         def caught_up():
-            summary = self.settled() or {}
-            if summary.get("sync") != token:
-                return False
-            chart = self._chart()
-            if installed:
-                if chart is None or not summary.get("installed"):
-                    return False
-                if (summary.get("chart_uid"), summary.get("chart_generation")) != (
-                        chart["metadata"]["uid"], chart["metadata"]["generation"]):
-                    return False
-            elif chart is not None or summary.get("chart_uid"):
-                return False
-            return bool(summary.get("settled"))
-        self._wait_for("GPU layer settled (%s)" % self.mode, caught_up, timeout, "node-agent")
+            missing[:] = [self._unsettled(token, installed)]
+            return not missing[0]
+        self._wait_for("GPU layer settled (%s)" % self.mode, caught_up, timeout, "node-agent", why=lambda: missing[0])
         return self.settled()
+
+    def _unsettled(self, token, installed):
+        """What keeps the node agent's last summary from saying the lab settled after the
+        sync ``token`` was written ("" when nothing does)."""
+        summary = self.settled() or {}
+        if summary.get("sync") != token:
+            return "no summary since the sync request (the last one answers %s)" % summary.get("sync")
+        chart = self._chart()
+        if installed:
+            if chart is None:
+                return "no gpu-operator HelmChart"
+            if not summary.get("installed"):
+                return "the chart is not installed yet"
+            if (summary.get("chart_uid"), summary.get("chart_generation")) != (
+                    chart["metadata"]["uid"], chart["metadata"]["generation"]):
+                return "the summary is of generation %s, the chart is at %s" % (
+                    summary.get("chart_generation"), chart["metadata"]["generation"])
+        elif chart is not None or summary.get("chart_uid"):
+            return "the chart is still there"
+        if summary.get("settled"):
+            return ""
+        return "not settled: operands settled %s, %s" % (
+            summary.get("operands_settled"), json.dumps(dict((k, v) for k, v in summary.items() if k not in (
+                "nodes", "sync", "chart_uid")), sort_keys=True)[:1500])
 
     def _sync(self, token):
         from kubernetes import client

@@ -84,6 +84,13 @@ WRITE_CONCURRENCY = 8
 # takes seconds, and a sample waiting for the next one would make every sample pod of a scale
 # benchmark as slow as the lab. Other pods that run a cuda-sample image end in the reconcile.
 SAMPLE_SELECTOR = "%s=cuda-sample" % readiness.SAMPLE_LABEL_NAME
+# ...and their events do not wake the reconcile: nothing in it depends on them, and five
+# events for each of a thousand sample pods would keep the whole-fleet pass running back to
+# back, taking a core and the API server's time from the pods it is meant to simulate.
+RECONCILED_PODS = "%s!=cuda-sample" % readiness.SAMPLE_LABEL_NAME
+# How long a sample pod's end waits for kwok to serve its log, and how often it asks.
+LOG_SERVED_SECONDS = 10.0
+LOG_SERVED_RETRY = 0.1
 
 _WAIT_FOR_FILE = re.compile(r"until \[ -f /run/nvidia/validations/([\w.-]+) \]")
 # cmd/nvidia-validator: the status file each component writes when it validated.
@@ -232,7 +239,7 @@ class NodeAgent(object):
     def run(self):
         watches = (
             ("nodes", self.core.list_node, {}),
-            ("pods", self.core.list_pod_for_all_namespaces, {}),
+            ("pods", self.core.list_pod_for_all_namespaces, {"label_selector": RECONCILED_PODS}),
             ("daemonsets", self.apps.list_daemon_set_for_all_namespaces, {}),
             ("jobs", self.batch.list_namespaced_job, {"namespace": "kube-system"}),
             ("helmcharts", self.custom.list_namespaced_custom_object,
@@ -315,6 +322,8 @@ class NodeAgent(object):
         summary["operands_settled"] = operands_settled
         quiet = self.operator_simulator is not None or time.monotonic() - quiet_since >= QUIET_SECONDS
         self.quiet_pending = not quiet
+        # What the lab's wait names when the summary never says settled (wrote: this pass changed something).
+        summary.update(wrote=self.changes > 0, operator_settled=operator_settled, quiet=quiet)
         if chart is None:
             summary["settled"] = self.changes == 0 and operands_settled and quiet and operator_settled
         else:
@@ -733,6 +742,7 @@ class NodeAgent(object):
     def _finish_pod(self, pod, lines, exit_code):
         meta = pod["metadata"]
         serve_log(self.custom, self.workdir, pod, lines)
+        self._await_log_served(pod, lines)
         finished = now_rfc3339()
         statuses = [{"name": c["name"], "image": c["image"], "ready": False, "restartCount": 0, "started": False,
                      "state": {"terminated": {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
@@ -744,6 +754,29 @@ class NodeAgent(object):
             "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"},
                            {"type": "ContainersReady", "status": "False", "reason": "PodCompleted"}]}})
         self._changed()
+
+    def _await_log_served(self, pod, lines):
+        """Until the pod's log endpoint returns ``lines`` (at most LOG_SERVED_SECONDS): a kubelet
+        has a container's log before it reports the container terminated, while kwok serves a
+        log only once its informer has the Logs object, which under load or after an API server
+        restart comes a moment later. A reader that sees the pod end must find its log. kwok's
+        cache cannot be watched from here, so this asks."""
+        meta = pod["metadata"]
+        container = pod["spec"]["containers"][0]["name"]
+        deadline = time.monotonic() + LOG_SERVED_SECONDS
+        while True:
+            try:
+                text = self.core.read_namespaced_pod_log(meta["name"], meta["namespace"], container=container)
+                if lines[-1] in text:
+                    return
+            except client.ApiException as exc:
+                if exc.status == 404:  # the pod is gone: nobody will read its log
+                    return
+            if time.monotonic() >= deadline:
+                print("log of %s/%s not served after %ss" % (meta["namespace"], meta["name"], LOG_SERVED_SECONDS),
+                      file=sys.stderr, flush=True)
+                return
+            time.sleep(LOG_SERVED_RETRY)
 
 
 def deployed_release(core, name, namespace):

@@ -191,3 +191,36 @@ def test_a_node_registered_again_under_the_same_name_is_a_new_host():
 def test_a_held_down_operand_runs_without_turning_ready():
     state = _state(_pod("container-toolkit", []), _node(), set(), held={"container-toolkit"})
     assert (state["phase"], state["ready"], state["reason"]) == ("Running", False, "CrashLoopBackOff")
+
+
+# ---------------------------------------------------------------- the lab's settle wait says what is missing
+
+def _unsettled(tmp_path, summary, chart):
+    from tests.lab.lab import Lab
+    lab = Lab(workdir=str(tmp_path))
+    lab.settled = lambda: summary
+    lab._chart = lambda name="gpu-operator": chart
+    return lab._unsettled("token-1", installed=True)
+
+
+CHART = {"metadata": {"uid": "u1", "generation": 3}}
+SETTLED = {"sync": "token-1", "installed": True, "chart_uid": "u1", "chart_generation": 3, "settled": True,
+           "operands_settled": True, "nodes": {"gpu-1": {}}}
+
+
+def test_the_settle_wait_is_done_only_on_a_settled_summary_of_its_own_sync_and_chart(tmp_path):
+    assert _unsettled(tmp_path, SETTLED, CHART) == ""
+
+
+@pytest.mark.parametrize("change, chart, words", [
+    ({"sync": "token-0"}, CHART, "no summary since the sync request (the last one answers token-0)"),
+    ({}, None, "no gpu-operator HelmChart"),
+    ({"installed": False}, CHART, "the chart is not installed yet"),
+    ({"chart_generation": 2}, CHART, "the summary is of generation 2, the chart is at 3"),
+    ({"settled": False, "operands_settled": False, "wrote": True}, CHART, "not settled: operands settled False"),
+])
+def test_the_settle_wait_names_what_keeps_the_lab_unsettled(tmp_path, change, chart, words):
+    said = _unsettled(tmp_path, dict(SETTLED, **change), chart)
+    assert said.startswith(words)
+    if "wrote" in change:
+        assert '"wrote": true' in said and "gpu-1" not in said
