@@ -207,6 +207,7 @@ class NodeAgent(object):
         self._pool = concurrent.futures.ThreadPoolExecutor(WRITE_CONCURRENCY, thread_name_prefix="write")
         self._sample_pool = concurrent.futures.ThreadPoolExecutor(WRITE_CONCURRENCY, thread_name_prefix="sample")
         self._samples_ending = set()  # uids of sample pods the sample watch is ending
+        self._logs_served = set()  # uids of sample pods whose Logs object kwok was given
 
     # ------------------------------------------------------------ plumbing
     def _json(self, obj):
@@ -710,14 +711,21 @@ class NodeAgent(object):
 
     def _watch_samples(self):
         """Ends each of the collection's sample pods once it runs, from its node and that
-        node's pods as they are then (SAMPLE_SELECTOR)."""
+        node's pods as they are then (SAMPLE_SELECTOR). A pod's log is handed to kwok when
+        the pod is first seen, so that kwok has it by the time the pod ends."""
         while True:
             try:
                 for event in watch.Watch().stream(self.core.list_pod_for_all_namespaces, label_selector=SAMPLE_SELECTOR,
                                                   timeout_seconds=300):
                     pod = self._json(event["object"])
                     uid = pod["metadata"].get("uid")
-                    if event["type"] == "DELETED" or not self._runs_sample(pod) or uid in self._samples_ending:
+                    if event["type"] == "DELETED" or pod["metadata"].get("deletionTimestamp"):
+                        continue
+                    if uid not in self._logs_served:
+                        with self._lock:
+                            self._logs_served.add(uid)
+                        self._sample_pool.submit(self._hand_log_to_kwok, pod)
+                    if not self._runs_sample(pod) or uid in self._samples_ending:
                         continue
                     with self._lock:
                         self._samples_ending.add(uid)
@@ -725,6 +733,14 @@ class NodeAgent(object):
             except Exception as exc:  # the API server restarts under us in fault tests
                 print("watch samples: %s" % exc, file=sys.stderr, flush=True)
                 time.sleep(0.5)
+
+    def _hand_log_to_kwok(self, pod):
+        try:
+            serve_log(self.custom, self.workdir, pod, None)
+        except Exception as exc:  # the pod's end creates the Logs object instead
+            print("log of %s: %s" % (pod["metadata"].get("name"), exc), file=sys.stderr, flush=True)
+            with self._lock:
+                self._logs_served.discard(pod["metadata"].get("uid"))
 
     def _end_sample(self, pod):
         node_name = pod["spec"].get("nodeName")
@@ -741,7 +757,7 @@ class NodeAgent(object):
 
     def _finish_pod(self, pod, lines, exit_code):
         meta = pod["metadata"]
-        serve_log(self.custom, self.workdir, pod, lines)
+        serve_log(self.custom, self.workdir, pod, lines, create=meta.get("uid") not in self._logs_served)
         self._await_log_served(pod, lines)
         finished = now_rfc3339()
         statuses = [{"name": c["name"], "image": c["image"], "ready": False, "restartCount": 0, "started": False,
@@ -792,17 +808,21 @@ def deployed_release(core, name, namespace):
     return json.loads(raw)
 
 
-def serve_log(custom, workdir, pod, lines):
+def serve_log(custom, workdir, pod, lines, create=True):
     """Writes ``lines`` as the pod's container log (CRI format) and serves it through
-    kwok's Logs resource, so the real pod log endpoint returns it."""
+    kwok's Logs resource, so the real pod log endpoint returns it. ``lines`` None: the
+    log file is created empty if it is not there (nothing written yet is overwritten);
+    ``create`` False: the Logs object exists already."""
     meta = pod["metadata"]
     directory = os.path.join(workdir, "podlogs")
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, "%s_%s_%s.log" % (meta["namespace"], meta["name"], meta["uid"]))
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    with open(path, "w") as handle:
-        for line in lines:
+    with open(path, "a" if lines is None else "w") as handle:
+        for line in lines or ():
             handle.write("%s stdout F %s\n" % (stamp, line))
+    if not create:
+        return
     containers = [c["name"] for c in pod["spec"]["containers"]]
     logs = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs",
             "metadata": {"name": meta["name"], "namespace": meta["namespace"],
