@@ -14,6 +14,10 @@ from tests.lab.lab import Lab
 
 # The operator values the suite's clean fleet runs with (the lab's own, tests/lab/fleet.py).
 FLEET_VALUES = LAB_OPERATOR_VALUES
+# Where each lab's component logs are kept once its work directory is removed: a lab failure
+# that shows only after the session (a settle wait that timed out) is read there.
+KEPT_LOGS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                         ".build", "lab-logs")
 
 
 @contextlib.contextmanager
@@ -29,7 +33,18 @@ def started_lab(nodes=None):
         try:
             instance.down()
         finally:
+            _keep_logs(instance)
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _keep_logs(instance):
+    kept = os.path.join(KEPT_LOGS, os.path.basename(instance.workdir))
+    try:
+        shutil.copytree(instance.logs_dir, kept, dirs_exist_ok=True)
+    except OSError as exc:
+        print("lab logs not kept (%s): %s" % (kept, exc))
+    else:
+        print("lab logs kept in %s" % kept)
 
 
 @pytest.fixture(scope="session")
