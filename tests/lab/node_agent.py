@@ -207,7 +207,7 @@ class NodeAgent(object):
         self._pool = concurrent.futures.ThreadPoolExecutor(WRITE_CONCURRENCY, thread_name_prefix="write")
         self._sample_pool = concurrent.futures.ThreadPoolExecutor(WRITE_CONCURRENCY, thread_name_prefix="sample")
         self._samples_ending = set()  # uids of sample pods the sample watch is ending
-        self._logs_served = set()  # uids of sample pods whose Logs object kwok was given
+        self._logs_served = set()  # uids of sample pods whose log was handed to kwok early
 
     # ------------------------------------------------------------ plumbing
     def _json(self, obj):
@@ -737,10 +737,8 @@ class NodeAgent(object):
     def _hand_log_to_kwok(self, pod):
         try:
             serve_log(self.custom, self.workdir, pod, None)
-        except Exception as exc:  # the pod's end creates the Logs object instead
+        except Exception as exc:  # the pod's end creates the Logs object anyway
             print("log of %s: %s" % (pod["metadata"].get("name"), exc), file=sys.stderr, flush=True)
-            with self._lock:
-                self._logs_served.discard(pod["metadata"].get("uid"))
 
     def _end_sample(self, pod):
         node_name = pod["spec"].get("nodeName")
@@ -757,7 +755,7 @@ class NodeAgent(object):
 
     def _finish_pod(self, pod, lines, exit_code):
         meta = pod["metadata"]
-        serve_log(self.custom, self.workdir, pod, lines, create=meta.get("uid") not in self._logs_served)
+        serve_log(self.custom, self.workdir, pod, lines)
         self._await_log_served(pod, lines)
         finished = now_rfc3339()
         statuses = [{"name": c["name"], "image": c["image"], "ready": False, "restartCount": 0, "started": False,
@@ -808,11 +806,11 @@ def deployed_release(core, name, namespace):
     return json.loads(raw)
 
 
-def serve_log(custom, workdir, pod, lines, create=True):
+def serve_log(custom, workdir, pod, lines):
     """Writes ``lines`` as the pod's container log (CRI format) and serves it through
     kwok's Logs resource, so the real pod log endpoint returns it. ``lines`` None: the
-    log file is created empty if it is not there (nothing written yet is overwritten);
-    ``create`` False: the Logs object exists already."""
+    log file is created empty if it is not there (nothing written yet is overwritten). A Logs
+    object that exists already (the sample watch gave it to kwok early) is left as it is."""
     meta = pod["metadata"]
     directory = os.path.join(workdir, "podlogs")
     os.makedirs(directory, exist_ok=True)
@@ -821,8 +819,6 @@ def serve_log(custom, workdir, pod, lines, create=True):
     with open(path, "a" if lines is None else "w") as handle:
         for line in lines or ():
             handle.write("%s stdout F %s\n" % (stamp, line))
-    if not create:
-        return
     containers = [c["name"] for c in pod["spec"]["containers"]]
     logs = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs",
             "metadata": {"name": meta["name"], "namespace": meta["namespace"],
