@@ -212,3 +212,31 @@ def test_api_server_restart_keeps_the_cluster(gpu_lab):
     wait_for(gpu_lab.core().list_namespaced_pod, lambda o: any(
         not p.status.container_statuses[0].ready
         for p in pods_on(o, "gpu-container-1", "nvidia-dcgm-exporter")), namespace=NS)
+
+
+def _ready(name, status):
+    def predicate(objects):
+        pod = objects.get(name)
+        return pod is not None and pod.status.phase == "Running" and any(
+            c.type == "Ready" and c.status == status for c in (pod.status.conditions or []))
+    return predicate
+
+
+def test_a_pod_marked_not_ready_by_the_node_lifecycle_controller_is_ready_again(gpu_lab):
+    # What kube-controller-manager does to every pod of a node whose Lease lapsed (an API
+    # server restart longer than the node monitor grace period): Ready goes False, the
+    # containers are untouched. A kubelet re-reports Ready once it is back; so must kwok.
+    core = gpu_lab.core()
+    name = "lapsed-" + uuid.uuid4().hex[:6]
+    core.create_namespaced_pod("default", _pod(name, {}))
+    try:
+        wait_for(core.list_namespaced_pod, _ready(name, "True"), namespace="default")
+        marked = core.patch_namespaced_pod_status(name, "default", {"status": {"conditions": [
+            {"type": "Ready", "status": "False", "reason": "NodeNotReady"}]}})
+        assert [c.status for c in marked.status.conditions if c.type == "Ready"] == ["False"]
+        pods = wait_for(core.list_namespaced_pod, _ready(name, "True"), namespace="default")
+        kinds = dict((c.type, c.status) for c in pods[name].status.conditions)
+        assert kinds["ContainersReady"] == "True" and kinds["Initialized"] == "True"
+        assert pods[name].status.container_statuses[0].state.running is not None
+    finally:
+        core.delete_namespaced_pod(name, "default", grace_period_seconds=0)

@@ -512,10 +512,10 @@ class Lab(object):
         helm_pods = [{"key": '.metadata.labels["%s"]' % HELMCHART_LABEL, "operator": "DoesNotExist"}]
         for stage in stages:
             matches = stage["spec"]["selector"]["matchExpressions"]
-            if stage["metadata"]["name"] in ("pod-ready", "pod-complete", "pod-fail-lab"):
+            if stage["metadata"]["name"] in ("pod-ready", "pod-ready-again", "pod-complete", "pod-fail-lab"):
                 matches.extend(operand_pod_exclusions())
             if self.mode == "real" and stage["metadata"]["name"] in (
-                    "pod-ready", "pod-complete", "pod-fail-lab", "pod-delete"):
+                    "pod-ready", "pod-ready-again", "pod-complete", "pod-fail-lab", "pod-delete"):
                 matches.extend(helm_pods)
         with open(path, "w") as handle:
             # kwokctl fills these defaults itself; the kwok binary alone does not.
