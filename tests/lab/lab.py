@@ -144,6 +144,11 @@ def operator_opt_tree(source, key):
 HELMCHART_LABEL = "helmcharts.helm.cattle.io/chart"
 
 
+# kwok's stages that move a pod through its life (stages.yaml): kwok must leave the pods that
+# the node agent or the job runner plays out of each of them.
+POD_LIFE_STAGES = ("pod-ready", "pod-ready-again", "pod-complete", "pod-fail-lab")
+
+
 def operand_pod_exclusions():
     """kwok Stage selector terms that match no operand pod (by the operand model's pod
     selectors), so kwok leaves those pods to the node agent."""
@@ -512,10 +517,9 @@ class Lab(object):
         helm_pods = [{"key": '.metadata.labels["%s"]' % HELMCHART_LABEL, "operator": "DoesNotExist"}]
         for stage in stages:
             matches = stage["spec"]["selector"]["matchExpressions"]
-            if stage["metadata"]["name"] in ("pod-ready", "pod-ready-again", "pod-complete", "pod-fail-lab"):
+            if stage["metadata"]["name"] in POD_LIFE_STAGES:
                 matches.extend(operand_pod_exclusions())
-            if self.mode == "real" and stage["metadata"]["name"] in (
-                    "pod-ready", "pod-ready-again", "pod-complete", "pod-fail-lab", "pod-delete"):
+            if self.mode == "real" and stage["metadata"]["name"] in POD_LIFE_STAGES + ("pod-delete",):
                 matches.extend(helm_pods)
         with open(path, "w") as handle:
             # kwokctl fills these defaults itself; the kwok binary alone does not.
