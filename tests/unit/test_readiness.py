@@ -543,6 +543,30 @@ def test_the_sample_condition_holds_when_every_pod_has_ended():
                                                          "phase": "Succeeded", "node": "gpu-1"}
 
 
+def test_the_sample_condition_follows_each_event_in_one_cache():
+    """The engine keeps one cache and replaces a pod's object on each event: one condition,
+    evaluated after every event, reports each pod's latest object, a deletion and a re-creation."""
+    condition = rd.sample_condition("default", ["cuda-vectoradd", "other"])
+    other = sample("Running", node_name="gpu-2")
+    other["metadata"]["name"] = "other"
+    live = cache(pods=[sample("Running"), other])
+    done, detail = condition(live)
+    assert not done and detail["pods"]["other"]["phase"] == "Running"
+    ended = sample("Succeeded", {"exitCode": 0, "reason": "Completed"}, node_name="gpu-2")
+    ended["metadata"]["name"] = "other"
+    live["pods"]["default/other"] = ended
+    done, detail = condition(live)
+    assert not done
+    assert detail["pods"]["other"]["reason"] == "Completed"
+    assert detail["pods"]["cuda-vectoradd"]["phase"] == "Running"
+    del live["pods"]["default/cuda-vectoradd"]
+    done, detail = condition(live)
+    assert done and detail["pods"]["cuda-vectoradd"]["reason"] == "the pod was deleted"
+    live["pods"]["default/cuda-vectoradd"] = sample("Pending")
+    done, detail = condition(live)
+    assert not done and detail["pods"]["cuda-vectoradd"]["phase"] == "Pending"
+
+
 def test_sample_verdict_and_log_tail():
     log = "[Vector addition of 50000 elements]\nCUDA kernel launch\nTest PASSED\nDone\n"
     assert rd.sample_verdict("Succeeded", log, "Test PASSED") == (True, None)
