@@ -61,7 +61,8 @@ from ansible_collections.gpuplatform.rke2.plugins.module_utils import readiness 
 from tests.lab import fleet as fleet_mod  # noqa: E402
 from tests.lab.lab import Lab  # noqa: E402
 
-REQCOUNT = os.path.join(ROOT, "bench", "reqcount")
+BENCH = os.path.join(ROOT, "bench")
+REQCOUNT = os.path.join(BENCH, "reqcount")
 GPU = om.CONTAINER_RESOURCE
 NAMESPACE = om.DEFAULT_NAMESPACE
 USUAL_SLEEP = 5.0
@@ -102,10 +103,14 @@ class Meter(object):
     def __init__(self, lab, workdir):
         self.lab = lab
         self.log_path = os.path.join(workdir, "requests.jsonl")
+        self.task_log_path = os.path.join(workdir, "tasks.jsonl")
         self.env = dict(os.environ)
         self.env.update(lab.env())
         self.env.update({
             "BENCH_REQUEST_LOG": self.log_path,
+            "BENCH_TASK_LOG": self.task_log_path,
+            "ANSIBLE_CALLBACK_PLUGINS": os.path.join(BENCH, "callbacks"),
+            "ANSIBLE_CALLBACKS_ENABLED": "bench_task_times",
             "PYTHONPATH": os.pathsep.join([REQCOUNT, COLLECTIONS, ROOT]),
             "ANSIBLE_CONFIG": os.path.join(ROOT, "ansible.cfg"),
             "ANSIBLE_COLLECTIONS_PATH": COLLECTIONS,
@@ -115,14 +120,16 @@ class Meter(object):
             "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
         })
 
-    def _records(self):
+    def _records(self, path=None):
+        """The JSON lines a measured process appended to ``path`` (the request log), emptied."""
+        path = path or self.log_path
         try:
-            with open(self.log_path, encoding="utf-8") as handle:
+            with open(path, encoding="utf-8") as handle:
                 records = [json.loads(line) for line in handle if line.strip()]
         except IOError:
             records = []
-        if os.path.exists(self.log_path):
-            os.unlink(self.log_path)
+        if os.path.exists(path):
+            os.unlink(path)
         return records
 
     def module(self, name, args):
@@ -145,8 +152,9 @@ class Meter(object):
         return result, wall, (records[0] if records else {"requests": {"total": 0}, "max_rss_mb": None})
 
     def playbook(self, playbook, inventory, extra=()):
-        """One ansible-playbook run: (rc, wall seconds, {module: record}, output tail)."""
+        """One ansible-playbook run: (rc, wall seconds, {module: record}, [task times], output tail)."""
         self._records()
+        self._records(self.task_log_path)
         started = time.monotonic()
         proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", inventory,
                                os.path.join(ROOT, "playbooks", playbook)] + list(extra),
@@ -162,7 +170,7 @@ class Meter(object):
             entry["max_rss_mb"] = max(entry["max_rss_mb"], record["max_rss_mb"])
             for kind, count in record["requests"].items():
                 entry["requests"][kind] = entry["requests"].get(kind, 0) + count
-        return proc.returncode, wall, by_module, proc.stdout[-3000:]
+        return proc.returncode, wall, by_module, self._records(self.task_log_path), proc.stdout[-3000:]
 
 
 # ---------------------------------------------------------------- the collection
@@ -226,11 +234,12 @@ def run_steps(meter, lab):
     rows = []
     extra = ["-e", json.dumps(steps_vars(lab.workdir, len(lab.fleet())))]
     for playbook in ("gpu_node_labels.yml", "gpu_operator.yml", "gpu_verify.yml"):
-        rc, wall, by_module, tail = meter.playbook(playbook, lab.fleet_file, extra)
+        rc, wall, by_module, tasks, tail = meter.playbook(playbook, lab.fleet_file, extra)
         if rc != 0:
             raise RuntimeError("ansible-playbook %s failed (rc %d):\n%s" % (playbook, rc, tail))
         total = sum(m["requests"].get("total", 0) for m in by_module.values())
         rows.append({"what": playbook, "wall": round(wall, 3), "requests_total": total, "modules": by_module,
+                     "tasks": tasks,
                      "max_rss_mb": max([m["max_rss_mb"] for m in by_module.values()] or [0])})
         log("  %-26s %7.2fs %5d requests, largest module %.1f MB" % (playbook, wall, total, rows[-1]["max_rss_mb"]))
     return rows
@@ -443,7 +452,35 @@ def markdown(report):
     serial = [[e for e in r["baseline"] if e["what"].startswith("CUDA sample")][0] for r in sizes]
     lines.append("| CUDA sample loop with 5 s sleeps (computed from the pod times above) | %s |" % " | ".join(
         "%.0f s" % e["at_5s_sleeps"] for e in serial))
-    return "\n".join(lines)
+    return "\n".join(lines + [""] + task_table(sizes))
+
+
+def task_table(sizes, playbook="gpu_verify.yml"):
+    """Where a playbook's time goes: each task's wall on the controller and, for a module
+    of the collection, the module process's own (the rest is Ansible's: templating the
+    arguments, starting the process, taking the result back)."""
+    steps = [[e for e in _entries(r, "steps") if e["what"] == playbook] for r in sizes]
+    if not any(s and s[0].get("tasks") for s in steps):
+        return []
+    lines = ["| %s, task: controller wall (module process) | %s |" % (playbook, " | ".join(
+        "%d GPU nodes" % r["gpu_nodes"] for r in sizes)), "| --- |" + " ---: |" * len(sizes)]
+    names = []
+    for found in steps:
+        for task in (found[0].get("tasks") or ()) if found else ():
+            if task["task"] not in names:
+                names.append(task["task"])
+    for name in names:
+        cells = []
+        for found in steps:
+            tasks = [t for t in ((found[0].get("tasks") or ()) if found else ()) if t["task"] == name]
+            if not tasks or tasks[0]["wall"] is None:
+                cells.append("-")
+                continue
+            module = (found[0].get("modules") or {}).get(tasks[0]["action"].rsplit(".", 1)[-1])
+            cells.append("%.2f s%s" % (tasks[0]["wall"], " (%.2f s)" % module["wall"] if module else ""))
+        lines.append("| %s | %s |" % (name, " | ".join(cells)))
+    lines.append("| the whole playbook | %s |" % " | ".join("%.2f s" % f[0]["wall"] if f else "-" for f in steps))
+    return lines
 
 
 def main(argv=None):

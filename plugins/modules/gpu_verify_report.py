@@ -74,6 +74,13 @@ options:
     description: Fail with the per-layer diagnosis when the verification did not pass.
     type: bool
     default: true
+  return_report:
+    description:
+      - Return the whole report as C(report) as well as writing it. At a thousand nodes the report is megabytes,
+        and Ansible copies a registered result into every later task of the play; the role sets this to C(false)
+        and reads the files.
+    type: bool
+    default: true
 attributes:
   check_mode:
     support: full
@@ -98,7 +105,7 @@ EXAMPLES = r"""
 RETURN = r"""
 report:
   description: The report (what C(gpu-verify.json) holds).
-  returned: success
+  returned: success, with O(return_report)
   type: dict
 passed:
   description: Whether every GPU node passed every layer and every step passed.
@@ -141,6 +148,7 @@ def main():
             formats=dict(type="list", elements="str", choices=["json", "markdown", "html"],
                          default=["json", "markdown", "html"]),
             fail_on_failure=dict(type="bool", default=True),
+            return_report=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )
@@ -174,11 +182,12 @@ def main():
                 os.chmod(tmp, 0o644)
                 os.rename(tmp, path)
                 files.append(path)
-    result = dict(changed=changed, report=report, passed=report["passed"], summary=report["summary"], files=files)
+    result = dict(changed=changed, passed=report["passed"], summary=report["summary"], files=files)
     if p["fail_on_failure"] and not report["passed"]:
         # The whole report is in the files; the failure carries the diagnosis, not the report again.
-        del result["report"]
         module.fail_json(msg=vr.failure_message(report), **result)
+    if p["return_report"]:
+        result["report"] = report
     module.exit_json(**result)
 
 
