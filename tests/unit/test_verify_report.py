@@ -97,13 +97,14 @@ def test_gpu_verify_reads_the_preflight_report_by_kubernetes_node_name(tmp_path)
     verify = tmp_path / "verify.yml"
     verify.write_text(yaml.safe_dump([{
         "name": "Write the verification report", "hosts": "localhost", "gather_facts": False,
-        "tasks": [{"name": "Report", "ansible.builtin.include_role": {
-            "name": "gpuplatform.rke2.gpu_verify", "tasks_from": "report.yml"}},
-                  # The role reads the report from its files: the registered result keeps the summary and
-                  # leaves the report (megabytes at a thousand nodes) out of every later task's variables.
-                  {"name": "The result", "ansible.builtin.assert": {"that": [
-                      "gpu_verify_report.summary is string", "gpu_verify_report.files | length == 3",
-                      "gpu_verify_report.report is not defined"]}}],
+        "tasks": [
+            {"name": "Report", "ansible.builtin.include_role": {
+                "name": "gpuplatform.rke2.gpu_verify", "tasks_from": "report.yml"}},
+            # The role reads the report from its files: the registered result keeps the summary and
+            # leaves the report (megabytes at a thousand nodes) out of every later task's variables.
+            {"name": "The result", "ansible.builtin.assert": {"that": [
+                "gpu_verify_report.summary is string", "gpu_verify_report.files | length == 3",
+                "gpu_verify_report.report is not defined"]}}],
         "vars": {"gpu_verify_cuda_sample": False, "gpu_verify_fail": False,
                  "gpu_verify_node_check": node_check("gpu-a10", "gpu-b"),
                  "gpu_verify_operands": {}, "gpu_verify_allocatable": {}},
