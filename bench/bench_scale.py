@@ -459,27 +459,34 @@ def task_table(sizes, playbook="gpu_verify.yml"):
     """Where a playbook's time goes: each task's wall on the controller and, for a module
     of the collection, the module process's own (the rest is Ansible's: templating the
     arguments, starting the process, taking the result back)."""
-    steps = [[e for e in _entries(r, "steps") if e["what"] == playbook] for r in sizes]
-    if not any(s and s[0].get("tasks") for s in steps):
+    runs = [([e for e in _entries(r, "steps") if e["what"] == playbook] or [{}])[0] for r in sizes]
+    if not any(run.get("tasks") for run in runs):
         return []
+
+    def row_of(task):
+        # A module of the collection runs once in the playbook: its row is the module's, so
+        # a task name templated with a per-run path (the report's dest) is still one row.
+        return task["action"] if task["action"].startswith("gpuplatform.rke2.") else task["task"]
+
+    rows, labels = [], {}
+    for run in runs:
+        for task in run.get("tasks") or ():
+            if row_of(task) not in labels:
+                rows.append(row_of(task))
+                labels[row_of(task)] = task["task"]
     lines = ["| %s, task: controller wall (module process) | %s |" % (playbook, " | ".join(
         "%d GPU nodes" % r["gpu_nodes"] for r in sizes)), "| --- |" + " ---: |" * len(sizes)]
-    names = []
-    for found in steps:
-        for task in (found[0].get("tasks") or ()) if found else ():
-            if task["task"] not in names:
-                names.append(task["task"])
-    for name in names:
+    for row in rows:
         cells = []
-        for found in steps:
-            tasks = [t for t in ((found[0].get("tasks") or ()) if found else ()) if t["task"] == name]
-            if not tasks or tasks[0]["wall"] is None:
+        for run in runs:
+            task = next((t for t in run.get("tasks") or () if row_of(t) == row and t["wall"] is not None), None)
+            if task is None:
                 cells.append("-")
                 continue
-            module = (found[0].get("modules") or {}).get(tasks[0]["action"].rsplit(".", 1)[-1])
-            cells.append("%.2f s%s" % (tasks[0]["wall"], " (%.2f s)" % module["wall"] if module else ""))
-        lines.append("| %s | %s |" % (name, " | ".join(cells)))
-    lines.append("| the whole playbook | %s |" % " | ".join("%.2f s" % f[0]["wall"] if f else "-" for f in steps))
+            module = (run.get("modules") or {}).get(task["action"].rsplit(".", 1)[-1])
+            cells.append("%.2f s%s" % (task["wall"], " (%.2f s)" % module["wall"] if module else ""))
+        lines.append("| %s | %s |" % (labels[row], " | ".join(cells)))
+    lines.append("| the whole playbook | %s |" % " | ".join("%.2f s" % run["wall"] if run else "-" for run in runs))
     return lines
 
 
