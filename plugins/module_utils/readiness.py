@@ -618,13 +618,16 @@ def _terminated(pod):
     return None
 
 
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
 def sample_state(pod):
     """(finished, reason) of a sample pod: finished when it ended or cannot start."""
     if pod is None:
         return True, "the pod was deleted"
     status = pod.get("status") or {}
     phase = status.get("phase") or "Pending"
-    if phase in ("Succeeded", "Failed"):
+    if phase in TERMINAL_PHASES:
         terminated = _terminated(pod) or {}
         reason = terminated.get("reason") or status.get("reason")
         if terminated.get("exitCode") not in (None, 0):
@@ -644,11 +647,13 @@ def sample_condition(namespace, pod_names):
     # replaces one pod's object, so an evaluation reads again only the pods that changed.
     # (Reading every pod on every event made the wait for 1,000 samples quadratic.)
     # Holding the object keeps its identity from being reused.
+    # A pod that ended keeps its end when it is deleted afterwards (cuda_sample deletes each
+    # sample once it has its log, while the others still run): a terminal phase is final.
     known = {}
 
     def state_of(key, pod):
         seen = known.get(key)
-        if seen is not None and seen[0] is pod:
+        if seen is not None and (seen[0] is pod or (pod is None and seen[1]["phase"] in TERMINAL_PHASES)):
             return seen[1]
         if pod is not None:
             ko.read("Pod", pod)

@@ -85,6 +85,15 @@ options:
       - Fail when any finding has severity C(error). With V(false) the findings are only returned.
     type: bool
     default: true
+  result_file:
+    description:
+      - Write the whole result (what the module would return) as JSON to this file (mode 0644, its folder created)
+        and return only RV(summary), RV(elapsed) and RV(result_file). At fleet scale the result is about 1 KB per
+        node, which Ansible would otherwise register and copy into every later task that reads it
+        (M(gpuplatform.rke2.gpu_verify_report) reads the file with its O(gpuplatform.rke2.gpu_verify_report#module:node_check_file)).
+      - The file is the module's output, not state it manages: it is written on every run and the task still
+        reports no change. In check mode nothing is written and the whole result is returned.
+    type: path
 notes:
   - Live mode reads nodes, the pods and DaemonSets of the operand namespace, and ClusterPolicies
     (none when the CRD is not installed). It needs list permission on those and nothing else.
@@ -258,6 +267,11 @@ elapsed:
   description: Seconds the check took (reading the cluster or the snapshot, and checking).
   returned: always
   type: float
+result_file:
+  description: The file that holds the whole result (O(result_file)); the other keys but RV(summary) and RV(elapsed)
+    are only there.
+  returned: when O(result_file) is given and not in check mode
+  type: str
 summary:
   description: Counts of nodes and findings.
   returned: always
@@ -269,6 +283,7 @@ import json
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import file_write
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import k8s_wait
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import node_check
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model
@@ -308,6 +323,7 @@ def argument_spec():
         toolkit_enabled=dict(type="bool"),
         namespace=dict(type="str"),
         fail_on_findings=dict(type="bool", default=True),
+        result_file=dict(type="path"),
     )
     return spec
 
@@ -406,8 +422,16 @@ def main():
         result = run(module.params)
     except (ValueError, KeyError) as exc:
         module.fail_json(msg=str(exc).strip("'\""))
-    if module.params["fail_on_findings"] and result["summary"]["errors"]:
-        module.fail_json(msg=node_check.failure_message(result), changed=False, **result)
+    failure = node_check.failure_message(result) if module.params["fail_on_findings"] and result["summary"]["errors"] else None
+    if module.params["result_file"] and not module.check_mode:
+        path = module.params["result_file"]
+        try:
+            file_write.write_atomically(module, path, json.dumps(result, sort_keys=True), 0o644)
+        except (IOError, OSError) as exc:
+            module.fail_json(msg="result_file: cannot write %s: %s" % (path, exc), summary=result["summary"])
+        result = dict(summary=result["summary"], elapsed=result["elapsed"], result_file=path)
+    if failure:
+        module.fail_json(msg=failure, changed=False, **result)
     module.exit_json(changed=False, **result)
 
 

@@ -41,9 +41,16 @@ options:
     type: path
     required: true
   node_check:
-    description: The registered result of M(gpuplatform.rke2.gpu_node_check).
+    description:
+      - The registered result of M(gpuplatform.rke2.gpu_node_check).
+      - One of O(node_check) and O(node_check_file) is required.
     type: dict
-    required: true
+  node_check_file:
+    description:
+      - The file M(gpuplatform.rke2.gpu_node_check) wrote its whole result to (its O(gpuplatform.rke2.gpu_node_check#module:result_file)),
+        instead of O(node_check): at fleet scale that result is megabytes, which Ansible templates into this task's
+        arguments in seconds.
+    type: path
   operand_readiness:
     description: The registered result of M(gpuplatform.rke2.operand_readiness).
     type: dict
@@ -134,12 +141,28 @@ _WRITERS = (("json", "gpu-verify.json", vr.to_json), ("markdown", "gpu-verify.md
             ("html", "gpu-verify.html", vr.to_html))
 
 
+def read_node_check_file(path):
+    """gpu_node_check's result from the file it wrote; ValueError naming the option and the file."""
+    try:
+        with open(path) as handle:
+            result = json.load(handle)
+    except (IOError, OSError) as exc:
+        raise ValueError("node_check_file: cannot read %s: %s" % (path, exc))
+    except ValueError as exc:
+        raise ValueError("node_check_file: %s is not JSON: %s" % (path, exc))
+    if not isinstance(result, dict):
+        raise ValueError("node_check_file: %s holds a %s, expected gpu_node_check's result (a mapping)"
+                         % (path, type(result).__name__))
+    return result
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             site=dict(type="str", required=True),
             dest=dict(type="path", required=True),
-            node_check=dict(type="dict", required=True),
+            node_check=dict(type="dict"),
+            node_check_file=dict(type="path"),
             operand_readiness=dict(type="dict"),
             allocatable=dict(type="list", elements="dict", default=[]),
             cuda_sample=dict(type="dict"),
@@ -150,9 +173,16 @@ def main():
             fail_on_failure=dict(type="bool", default=True),
             return_report=dict(type="bool", default=True),
         ),
+        mutually_exclusive=[["node_check", "node_check_file"]],
+        required_one_of=[["node_check", "node_check_file"]],
         supports_check_mode=True,
     )
     p = module.params
+    if p["node_check_file"]:
+        try:
+            p["node_check"] = read_node_check_file(p["node_check_file"])
+        except ValueError as exc:
+            module.fail_json(msg=str(exc))
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     try:
         report = vr.build_report(p["site"], p["node_check"], p["operand_readiness"], p["allocatable"],

@@ -134,11 +134,23 @@ def list_items(function, *args, **kwargs):
     """A list call's items as plain dicts, decoded from the JSON without the client's
     models: at a thousand nodes and ten thousand pods the models take longer to build than
     a whole reconcile takes otherwise (the node agent, the simulator, the lab's set-up)."""
+    return read_object(function, *args, **kwargs)["items"]
+
+
+def read_object(function, *args, **kwargs):
+    """A read (or a write's answer) as a plain dict, decoded from the JSON without the
+    client's models (list_items' reason). An answer that is not 2xx raises ApiException,
+    as the client does only when it builds the models."""
     response = function(*args, _preload_content=False, **kwargs)
     try:
-        return json.loads(response.data)["items"]
+        body = response.data
     finally:
         response.release_conn()
+    if not 200 <= response.status <= 299:
+        error = client.ApiException(status=response.status, reason=response.reason)
+        error.body = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+        raise error
+    return json.loads(body) if body else None
 
 
 def pod_running_ready(pod):
@@ -208,6 +220,7 @@ class NodeAgent(object):
         self._sample_pool = concurrent.futures.ThreadPoolExecutor(WRITE_CONCURRENCY, thread_name_prefix="sample")
         self._samples_ending = set()  # uids of sample pods the sample watch is ending
         self._logs_served = set()  # uids of sample pods whose log was handed to kwok early
+        self._logs_created = set()  # of those, the ones whose Logs object kwok has
 
     # ------------------------------------------------------------ plumbing
     def _json(self, obj):
@@ -225,10 +238,12 @@ class NodeAgent(object):
             future.result()
 
     def _watch(self, name, list_fn, **kwargs):
-        """One thread per kind: every event (and every reconnect) wakes the reconciler."""
+        """One thread per kind: every event (and every reconnect) wakes the reconciler. The
+        events are only counted, so they are not decoded into the client's models: at a
+        thousand nodes the nodes' status updates alone kept a core busy doing that."""
         while True:
             try:
-                for _event in watch.Watch().stream(list_fn, timeout_seconds=300, **kwargs):
+                for _event in watch.Watch().stream(list_fn, timeout_seconds=300, deserialize=False, **kwargs):
                     if name != "sync":
                         self.last_event = time.monotonic()
                     self.events.put(name)
@@ -405,7 +420,7 @@ class NodeAgent(object):
             for name, node in by_name.items() if files[name] != node_files(node)])
 
     def _patch_node(self, name, body):
-        self.core.patch_node(name, body)
+        read_object(self.core.patch_node, name, body)
         self._changed()
 
     def _driver_manager(self, operand_pods, by_name):
@@ -417,7 +432,7 @@ class NodeAgent(object):
             labels = node["metadata"].get("labels") or {}
             if operand.name == "driver" and host_driver(node) and \
                     labels.get(om.deploy_label("driver")) != om.DEPLOY_PRE_INSTALLED:
-                self.core.patch_node(node["metadata"]["name"], {"metadata": {"labels": {
+                read_object(self.core.patch_node, node["metadata"]["name"], {"metadata": {"labels": {
                     om.deploy_label("driver"): om.DEPLOY_PRE_INSTALLED}}})
                 labels[om.deploy_label("driver")] = om.DEPLOY_PRE_INSTALLED
                 self._changed()
@@ -484,12 +499,13 @@ class NodeAgent(object):
         current_init = [list((s.get("state") or {}).keys()) for s in status.get("initContainerStatuses") or ()]
         wanted_init = [list(s["state"].keys()) for s in want["initContainerStatuses"]]
         if state["blocked"] is None and (pod["metadata"].get("annotations") or {}).get(INITIALIZED_ANNOTATION) != boot:
-            self.core.patch_namespaced_pod(pod["metadata"]["name"], pod["metadata"]["namespace"], {
+            read_object(self.core.patch_namespaced_pod, pod["metadata"]["name"], pod["metadata"]["namespace"], {
                 "metadata": {"annotations": {INITIALIZED_ANNOTATION: boot}}})
             self._changed()
         if status.get("phase") == want["phase"] and current_statuses == wanted_statuses and current_init == wanted_init:
             return
-        self.core.patch_namespaced_pod_status(pod["metadata"]["name"], pod["metadata"]["namespace"], {"status": want})
+        read_object(self.core.patch_namespaced_pod_status, pod["metadata"]["name"], pod["metadata"]["namespace"],
+                    {"status": want})
         self._changed()
 
     @staticmethod
@@ -598,7 +614,7 @@ class NodeAgent(object):
         return report
 
     def _patch_node_status(self, name, body):
-        self.core.patch_node_status(name, body)
+        read_object(self.core.patch_node_status, name, body)
         self._changed()
 
     def feature_discovery(self, nodes, pods):
@@ -716,8 +732,8 @@ class NodeAgent(object):
         while True:
             try:
                 for event in watch.Watch().stream(self.core.list_pod_for_all_namespaces, label_selector=SAMPLE_SELECTOR,
-                                                  timeout_seconds=300):
-                    pod = self._json(event["object"])
+                                                  timeout_seconds=300, deserialize=False):
+                    pod = event["object"]
                     uid = pod["metadata"].get("uid")
                     if event["type"] == "DELETED" or pod["metadata"].get("deletionTimestamp"):
                         continue
@@ -737,13 +753,15 @@ class NodeAgent(object):
     def _hand_log_to_kwok(self, pod):
         try:
             serve_log(self.custom, self.workdir, pod, None)
+            with self._lock:
+                self._logs_created.add(pod["metadata"].get("uid"))
         except Exception as exc:  # the pod's end creates the Logs object anyway
             print("log of %s: %s" % (pod["metadata"].get("name"), exc), file=sys.stderr, flush=True)
 
     def _end_sample(self, pod):
         node_name = pod["spec"].get("nodeName")
         try:
-            node = self._json(self.core.read_node(node_name))
+            node = read_object(self.core.read_node, node_name)
             on_node = self._list(self.core.list_pod_for_all_namespaces, field_selector="spec.nodeName=" + node_name)
             lines, exit_code = self._sample_log(node, self._ready_by_node(on_node).get(node_name, set()))
             self._finish_pod(pod, lines, exit_code)
@@ -755,7 +773,8 @@ class NodeAgent(object):
 
     def _finish_pod(self, pod, lines, exit_code):
         meta = pod["metadata"]
-        serve_log(self.custom, self.workdir, pod, lines)
+        # The Logs object points at the file: once kwok has it, rewriting the file is enough.
+        serve_log(self.custom, self.workdir, pod, lines, create=meta.get("uid") not in self._logs_created)
         self._await_log_served(pod, lines)
         finished = now_rfc3339()
         statuses = [{"name": c["name"], "image": c["image"], "ready": False, "restartCount": 0, "started": False,
@@ -763,7 +782,7 @@ class NodeAgent(object):
                                               "startedAt": finished, "finishedAt": finished}}}
                     for c in pod["spec"]["containers"]]
         phase = "Succeeded" if exit_code == 0 else "Failed"
-        self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": {
+        read_object(self.core.patch_namespaced_pod_status, meta["name"], meta["namespace"], {"status": {
             "phase": phase, "containerStatuses": statuses,
             "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"},
                            {"type": "ContainersReady", "status": "False", "reason": "PodCompleted"}]}})
@@ -806,11 +825,12 @@ def deployed_release(core, name, namespace):
     return json.loads(raw)
 
 
-def serve_log(custom, workdir, pod, lines):
+def serve_log(custom, workdir, pod, lines, create=True):
     """Writes ``lines`` as the pod's container log (CRI format) and serves it through
     kwok's Logs resource, so the real pod log endpoint returns it. ``lines`` None: the
     log file is created empty if it is not there (nothing written yet is overwritten). A Logs
-    object that exists already (the sample watch gave it to kwok early) is left as it is."""
+    object that exists already (the sample watch gave it to kwok early) is left as it is;
+    ``create`` False: the caller knows it exists, only the file is written."""
     meta = pod["metadata"]
     directory = os.path.join(workdir, "podlogs")
     os.makedirs(directory, exist_ok=True)
@@ -825,6 +845,8 @@ def serve_log(custom, workdir, pod, lines):
                          "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
                                               "uid": meta["uid"]}]},
             "spec": {"logs": [{"containers": containers, "logsFile": path}]}}
+    if not create:
+        return
     try:
         custom.create_namespaced_custom_object("kwok.x-k8s.io", "v1alpha1", meta["namespace"], "logs", logs)
     except client.ApiException as exc:

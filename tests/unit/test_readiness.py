@@ -567,6 +567,29 @@ def test_the_sample_condition_follows_each_event_in_one_cache():
     assert not done and detail["pods"]["cuda-vectoradd"]["phase"] == "Pending"
 
 
+def test_the_sample_condition_keeps_the_end_of_a_pod_deleted_after_it_ended():
+    """cuda_sample deletes each sample once it ended and its log is read: the pod's end
+    stays its state; a pod deleted before it ended is reported as deleted, and a pod that
+    comes back under the name is read again."""
+    condition = rd.sample_condition("default", ["cuda-vectoradd", "other"])
+    other = sample("Running", node_name="gpu-2")
+    other["metadata"]["name"] = "other"
+    live = cache(pods=[sample("Failed", {"exitCode": 1, "reason": "Error"}), other])
+    done, detail = condition(live)
+    assert not done and detail["pods"]["cuda-vectoradd"]["phase"] == "Failed"
+    del live["pods"]["default/cuda-vectoradd"]
+    done, detail = condition(live)
+    assert not done and detail["pods"]["cuda-vectoradd"] == {"finished": True, "reason": "Error, exit code 1",
+                                                             "phase": "Failed", "node": "gpu-1"}
+    del live["pods"]["default/other"]
+    done, detail = condition(live)
+    assert done and detail["pods"]["other"] == {"finished": True, "reason": "the pod was deleted", "phase": None,
+                                                "node": None}
+    live["pods"]["default/cuda-vectoradd"] = sample("Pending")
+    done, detail = condition(live)
+    assert not done and detail["pods"]["cuda-vectoradd"]["phase"] == "Pending"
+
+
 def test_sample_verdict_and_log_tail():
     log = "[Vector addition of 50000 elements]\nCUDA kernel launch\nTest PASSED\nDone\n"
     assert rd.sample_verdict("Succeeded", log, "Test PASSED") == (True, None)

@@ -2,6 +2,7 @@
 host facts, and the gpu_verify role reading them from the preflight's report."""
 import json
 
+import pytest
 import yaml
 
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import host_facts
@@ -332,3 +333,62 @@ def test_gpu_node_check_times_itself_and_the_report_shows_it(tmp_path):
     report = vr.build_report("site", result)
     assert report["steps"]["node_check"]["elapsed"] == result["elapsed"] == report["elapsed"]
     assert report["versions"]["gpu-operator"] == {report_fleet.IMAGES["gpu-operator"]: 1}
+
+
+def test_the_role_hands_gpu_node_checks_result_to_the_report_through_its_file(tmp_path):
+    """gpu_node_check with result_file registers only its summary (the rest, about 1 KB a node, is in the file), and
+    the role's report task reads the file; in check mode nothing is written and the whole result is registered."""
+    snapshot = report_fleet.cluster(6, (("toolkit-crash", 1),))
+    snapshot_path = tmp_path / "snapshot.json"
+    snapshot_path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        dict(obj, kind=kind) for kind, key in (("Node", "nodes"), ("Pod", "pods"), ("ClusterPolicy", "clusterpolicies"))
+        for obj in snapshot[key]]}))
+    path = inventory(tmp_path, {}, site_name="site-x")
+    dest = tmp_path / "artifacts" / "site-x"
+    result_file = dest / "gpu-node-check.json"
+    verify = tmp_path / "verify.yml"
+    verify.write_text(yaml.safe_dump([{
+        "name": "Check and report", "hosts": "localhost", "gather_facts": False,
+        "tasks": [
+            {"name": "Check", "register": "gpu_verify_node_check", "gpuplatform.rke2.gpu_node_check": {
+                "snapshot": [str(snapshot_path)], "fail_on_findings": False,
+                "result_file": "{{ omit if ansible_check_mode else '%s' }}" % result_file}},
+            {"name": "What is registered", "ansible.builtin.copy": {
+                "content": "{{ gpu_verify_node_check | to_json }}", "dest": str(tmp_path / "registered.json")},
+             "check_mode": False},
+            {"name": "Report", "ansible.builtin.include_role": {
+                "name": "gpuplatform.rke2.gpu_verify", "tasks_from": "report.yml"}}],
+        "vars": {"gpu_verify_cuda_sample": False, "gpu_verify_fail": False,
+                 "gpu_verify_operands": {}, "gpu_verify_allocatable": {}},
+    }]))
+    rc, out, _recap = playbook(path, "--check", playbook_path=str(verify))
+    assert rc == 0, out
+    registered = json.loads((tmp_path / "registered.json").read_text())
+    assert "result_file" not in registered and "gpu-0000" in registered["nodes"]
+    checked_nodes = sorted(registered["nodes"])
+    assert not result_file.exists() and not (dest / "gpu-verify.json").exists()
+
+    rc, out, _recap = playbook(path, playbook_path=str(verify))
+    assert rc == 0, out
+    registered = json.loads((tmp_path / "registered.json").read_text())
+    assert sorted(registered) == ["changed", "elapsed", "failed", "result_file", "summary"]
+    assert registered["result_file"] == str(result_file) and registered["changed"] is False
+    whole = json.loads(result_file.read_text())
+    assert oct(result_file.stat().st_mode & 0o777) == "0o644"
+    assert whole["summary"] == registered["summary"] and sorted(whole["nodes"]) == checked_nodes and whole["findings"]
+    report = json.loads((dest / "gpu-verify.json").read_text())
+    assert sorted(report["nodes"]) == sorted(n for n, node in whole["nodes"].items() if node["gpu_node"])
+    assert report["summary"] == vr.build_report("site-x", whole)["summary"]
+
+
+def test_the_report_names_a_node_check_file_it_cannot_read(tmp_path):
+    from ansible_collections.gpuplatform.rke2.plugins.modules import gpu_verify_report
+    missing = tmp_path / "gone.json"
+    with pytest.raises(ValueError, match="node_check_file: cannot read %s" % missing):
+        gpu_verify_report.read_node_check_file(str(missing))
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ValueError, match="node_check_file: .*bad.json is not JSON"):
+        gpu_verify_report.read_node_check_file(str(tmp_path / "bad.json"))
+    (tmp_path / "list.json").write_text("[]")
+    with pytest.raises(ValueError, match="holds a list, expected gpu_node_check's result"):
+        gpu_verify_report.read_node_check_file(str(tmp_path / "list.json"))

@@ -437,16 +437,21 @@ def fleet_sample_cluster(size):
 
 
 def test_cuda_sample_requests_per_fleet_do_not_grow_but_for_the_creates_and_logs(run):
-    # 40 nodes: one list of the nodes, one of the namespace's pods (earlier runs' pods holding the names), a create
-    # and a log read per pod, a list and a watch of the run's pods and the list that confirms they ended, one delete
-    # for all of them; no read or delete per pod.
+    # 40 nodes: one list of the nodes, one of the namespace's pods (earlier runs' pods holding the names), a create,
+    # a log read and a delete per pod (as it ends), a list and a watch of the run's pods and the list that confirms
+    # they ended; no read per pod, and no delete of the run's pods by label when every pod's delete went through.
     cluster, names = fleet_sample_cluster(40)
     rc, result, _connects = run(cuda_sample, cluster, per_node=True, concurrency=4)
     assert rc == 0 and all(p["passed"] for p in result["pods"]) and len(result["pods"]) == 40
     verbs = {}
     for call in cluster.calls:
         verbs[call[0]] = verbs.get(call[0], 0) + 1
-    assert verbs == {"list": 4, "create": 40, "watch": 1, "log": 40, "deletecollection": 1}
+    assert verbs == {"list": 4, "create": 40, "watch": 1, "log": 40, "delete": 40}
+    # Each pod's log is read before its delete.
+    for name in names:
+        pod = "cuda-vectoradd-" + name
+        order = [c[0] for c in cluster.calls if c[0] in ("log", "delete") and c[2] == pod]
+        assert order == ["log", "delete"], (pod, order)
     assert sorted(cluster.deleted) == sorted("cuda-vectoradd-" + name for name in names)
     assert not cluster.world["pods"].keys() & set("default/cuda-vectoradd-" + name for name in names)
 
@@ -474,15 +479,51 @@ def test_cuda_sample_creates_at_most_concurrency_pods_at_a_time(run, monkeypatch
     assert state["most"] == 3
 
 
+def test_cuda_sample_deletes_each_ended_pod_during_the_wait_and_the_rest_by_the_runs_label(run):
+    # gpu-container-2's pod never leaves Pending: the ended one is deleted as it ends, by name; the pending one at the
+    # deadline, with the run's one delete by label.
+    cluster = sample_cluster()
+    finish(cluster, {"gpu-container-1": ("Succeeded", 0, PASSED_LOG),
+                     "gpu-container-2": "0/4 nodes are available: 1 Insufficient nvidia.com/gpu."})
+    rc, result, _connects = run(cuda_sample, cluster, per_node=True, timeout=30)
+    assert rc == 1
+    assert [(p["node"], p["phase"], p["passed"]) for p in result["pods"]] == [
+        ("gpu-container-1", "Succeeded", True), (None, "Pending", False)]
+    assert result["pods"][0]["log_tail"][-2:] == ["Test PASSED", "Done"]
+    deletes = [c for c in cluster.calls if c[0] in ("delete", "deletecollection")]
+    assert deletes[0] == ("delete", "pods", "cuda-vectoradd-gpu-container-1")
+    assert deletes[1][0] == "deletecollection" and len(deletes) == 2
+    assert cluster.deleted == ["cuda-vectoradd-gpu-container-1", "cuda-vectoradd-gpu-container-2"]
+    assert result["changed"] is False
+
+
+def test_cuda_sample_keep_pods_deletes_none_during_the_wait(run):
+    cluster, _names = fleet_sample_cluster(3)
+    rc, result, _connects = run(cuda_sample, cluster, per_node=True, keep_pods=True)
+    assert rc == 0 and result["changed"] is True
+    assert cluster.deleted == [] and not [c for c in cluster.calls if c[0] in ("delete", "deletecollection")]
+
+
 def test_cuda_sample_deletes_one_by_one_when_the_one_delete_fails(run, monkeypatch):
+    # The delete of one ended pod fails during the wait; the run's delete by label is refused: that pod is deleted by
+    # name at the end, with a warning.
     cluster, names = fleet_sample_cluster(3)
+    real_delete = cluster.delete_pod
+    refused = []
+
+    def delete_pod(namespace, name):
+        if name == "cuda-vectoradd-gpu-container-2" and not refused:
+            refused.append(name)
+            raise k8s_wait.ApiError(500, "etcdserver: request timed out")
+        return real_delete(namespace, name)
 
     def refuse(namespace, label_selector):
         raise k8s_wait.ApiError(403, "deletecollection is forbidden")
 
+    monkeypatch.setattr(cluster, "delete_pod", delete_pod)
     monkeypatch.setattr(cluster, "delete_pods", refuse)
     rc, result, _connects = run(cuda_sample, cluster, per_node=True)
-    assert rc == 0 and result["changed"] is False
+    assert rc == 0 and result["changed"] is False and refused
     assert sorted(cluster.deleted) == sorted("cuda-vectoradd-" + name for name in names)
     assert [w["event"]["msg"] for w in result["warnings"]] == [
         "could not delete the run's pods in one request (HTTP 403: deletecollection is forbidden): deleting them one "
