@@ -2,6 +2,7 @@
 tarballs, and the node agent's kubelet of operand pods (tests/lab/node_agent.py): the
 init-container gates read from the operator's manifests, the files validators write,
 reboots and hold-downs."""
+import copy
 import io
 import os
 import tarfile
@@ -224,3 +225,23 @@ def test_the_settle_wait_names_what_keeps_the_lab_unsettled(tmp_path, change, ch
     assert said.startswith(words)
     if "wrote" in change:
         assert '"wrote": true' in said and "gpu-1" not in said
+
+
+def test_the_node_agent_is_not_woken_by_a_nodes_heartbeat_alone():
+    from tests.lab.node_agent import node_without_heartbeat
+    node = {"metadata": {"name": "gpu-1", "resourceVersion": "10", "labels": {"a": "b"}},
+            "spec": {"taints": []},
+            "status": {"allocatable": {"nvidia.com/gpu": "2"}, "conditions": [
+                {"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-12-03T19:00:00Z",
+                 "lastTransitionTime": "2026-12-03T18:00:00Z"}]}}
+    heartbeat = copy.deepcopy(node)
+    heartbeat["metadata"]["resourceVersion"] = "11"
+    heartbeat["status"]["conditions"][0]["lastHeartbeatTime"] = "2026-12-03T19:10:00Z"
+    assert node_without_heartbeat(heartbeat) == node_without_heartbeat(node)
+    for change in (lambda n: n["metadata"]["labels"].update(c="d"),
+                   lambda n: n["status"]["conditions"][0].update(status="Unknown"),
+                   lambda n: n["status"]["allocatable"].update({"nvidia.com/gpu": "0"}),
+                   lambda n: n["spec"].update(unschedulable=True)):
+        changed = copy.deepcopy(heartbeat)
+        change(changed)
+        assert node_without_heartbeat(changed) != node_without_heartbeat(node)
