@@ -90,8 +90,9 @@ options:
       - Write the whole result (what the module would return) as JSON to this file (mode 0644, its folder created)
         and return only RV(summary), RV(elapsed) and RV(result_file). At fleet scale the result is about 1 KB per
         node, which Ansible would otherwise register and copy into every later task that reads it
-        (M(gpuplatform.rke2.gpu_verify_report) reads the file with its O(gpuplatform.rke2.gpu_verify_report#module:node_check_file)).
-      - The file is the module's output, not state it manages: it is written on every run and the task still
+        (M(gpuplatform.rke2.gpu_verify_report) reads the file with its
+        O(gpuplatform.rke2.gpu_verify_report#module:node_check_file)).
+      - The file is the module's output, not state it manages. It is written on every run and the task still
         reports no change. In check mode nothing is written and the whole result is returned.
     type: path
 notes:

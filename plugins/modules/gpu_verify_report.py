@@ -47,9 +47,9 @@ options:
     type: dict
   node_check_file:
     description:
-      - The file M(gpuplatform.rke2.gpu_node_check) wrote its whole result to (its O(gpuplatform.rke2.gpu_node_check#module:result_file)),
-        instead of O(node_check): at fleet scale that result is megabytes, which Ansible templates into this task's
-        arguments in seconds.
+      - The file M(gpuplatform.rke2.gpu_node_check) wrote its whole result to (its
+        O(gpuplatform.rke2.gpu_node_check#module:result_file)), instead of O(node_check). At fleet scale that result
+        is megabytes, which Ansible templates into this task's arguments in seconds.
     type: path
   operand_readiness:
     description: The registered result of M(gpuplatform.rke2.operand_readiness).
