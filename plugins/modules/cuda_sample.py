@@ -22,10 +22,12 @@ description:
   - The pods run unprivileged (C(runAsNonRoot), no privilege escalation, every capability dropped, the runtime's
     default seccomp profile) with C(restartPolicy=Never), so a failing sample ends C(Failed) instead of restarting.
   - "Nothing is left behind: each pod is named and labelled with the run before it is created, and on every way
-    out, a failure, a create whose reply was lost, the deadline, C(SIGTERM) or C(SIGHUP) (an async timeout, a
-    cancelled job, a dropped SSH connection), the run's pods are deleted in one request by that label (by name, one
-    at a time, should that request fail). Each pod also carries C(activeDeadlineSeconds) of O(timeout), so even one
-    that outlived a C(SIGKILL) cannot hold a GPU for longer than the module would have waited for it."
+    out, a failure, a create whose reply was lost, the deadline, C(SIGINT), C(SIGTERM) or C(SIGHUP) (Ctrl-C on
+    C(ansible-playbook), which reaches this module on the controller directly, an async timeout, a cancelled job, a
+    dropped SSH connection), the run's pods are deleted in one request by that label (by name, one at a time,
+    should that request fail), and the module fails naming the signal and the pods it deleted. Each pod also
+    carries C(activeDeadlineSeconds) of O(timeout), so even one that outlived a C(SIGKILL) cannot hold a GPU for
+    longer than the module would have waited for it."
   - "At fleet scale the requests stay few: one list of the nodes, one of the namespace's pods (earlier runs' pods
     that hold the names), one create per pod, O(concurrency) at a time, one watch of the run's pods for the wait,
     and, as each pod ends, its log read and its delete (O(concurrency) pods at a time) while the others still
@@ -423,14 +425,17 @@ def failure_message(reports, timed_out, timeout):
 
 
 class Interrupted(Exception):
-    """The module got SIGTERM or SIGHUP while its pods existed."""
+    """The module got SIGINT, SIGTERM or SIGHUP while its pods existed."""
 
 
 def _interrupt(signum, _frame):
     raise Interrupted(signal.Signals(signum).name)
 
 
-_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+# SIGINT: Ctrl-C on ansible-playbook reaches the modules it runs on the controller (the
+# terminal's whole process group gets it); without a handler of its own it raised
+# KeyboardInterrupt, and the pods went but Ansible saw a traceback instead of a result.
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def create_sample(api, namespace, pod, run_id):
@@ -469,8 +474,8 @@ def cleanup(api, params, names, run_id, warn):
 
 
 def _cleanup_undisturbed(api, params, names, run_id, warn):
-    """cleanup() with SIGTERM and SIGHUP held off until it is done: True when pods are
-    left."""
+    """cleanup() with the interrupting signals (a second Ctrl-C too) held off until it is
+    done: True when pods are left."""
     held = dict((s, signal.signal(s, signal.SIG_IGN)) for s in _SIGNALS)
     try:
         return not cleanup(api, params, names, run_id, warn)

@@ -282,10 +282,11 @@ def test_a_sample_pod_whose_create_reply_was_lost_is_not_leaked(clean_fleet, pro
     assert _sample_pods(clean_fleet) == []
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_deletes_the_sample_pods(gpu_lab, proxy, signum):
-    """An async timeout, a cancelled job, a dropped SSH connection: the pods go with the
-    module. A pod no node can take stays Pending until then."""
+    """Ctrl-C on ansible-playbook, an async timeout, a cancelled job, a dropped SSH
+    connection: the pods go with the module, which says so in its result. A pod no node
+    can take stays Pending until then."""
     run = Run(proxy, "cuda_sample", {"resource": "nvidia.com/H100_SXM5_80GB", "timeout": 120})
     pods = wait_for(gpu_lab.core().list_namespaced_pod, bool, namespace="default",
                     label_selector="%s=%s" % (rd.SAMPLE_LABEL_MANAGED_BY, rd.MANAGED_BY))

@@ -2,6 +2,8 @@
 the cluster's events, outages and failures scripted in simulated time."""
 import copy
 import json
+import os
+import signal
 import threading
 
 import pytest
@@ -546,6 +548,32 @@ def test_cuda_sample_cleans_up_what_it_created_when_a_create_fails(run, monkeypa
     assert [p["metadata"]["name"] for p in cluster.created] == [
         "cuda-vectoradd-gpu-container-1", "cuda-vectoradd-gpu-container-2"]
     assert sorted(cluster.deleted) == ["cuda-vectoradd-gpu-container-1", "cuda-vectoradd-gpu-container-2"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_cuda_sample_deletes_its_pods_and_says_so_when_a_signal_interrupts_it(run, monkeypatch, signum):
+    # The signal comes (to this process, as Ctrl-C on ansible-playbook or an async timeout sends it) while the third
+    # pod is created: no further create starts, the three pods go with the run's delete, and the module ends with a
+    # result, not a traceback. Its handlers are the process's own again afterwards.
+    cluster, _names = fleet_sample_cluster(6)
+    real_create = cluster.create_pod
+
+    def create(namespace, body):
+        created = real_create(namespace, body)
+        if body["metadata"]["name"] == "cuda-vectoradd-gpu-container-3":
+            os.kill(os.getpid(), signum)
+        return created
+
+    monkeypatch.setattr(cluster, "create_pod", create)
+    before = dict((s, signal.getsignal(s)) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
+    rc, result, _connects = run(cuda_sample, cluster, per_node=True, concurrency=1)
+    names = ["cuda-vectoradd-gpu-container-%d" % i for i in (1, 2, 3)]
+    assert rc == 1 and result["changed"] is False
+    assert result["msg"] == "interrupted by %s: pods %s deleted" % (
+        signal.Signals(signum).name, ", ".join(names + ["cuda-vectoradd-gpu-container-%d" % i for i in (4, 5, 6)]))
+    assert [p["metadata"]["name"] for p in cluster.created] == names
+    assert sorted(cluster.deleted) == names
+    assert dict((s, signal.getsignal(s)) for s in before) == before
 
 
 @pytest.mark.parametrize("args, message", [
