@@ -73,8 +73,20 @@ CUDA_PASSED_LOG = ("[Vector addition of 50000 elements]", "Copy input data from 
                    "Copy output data from the CUDA device to the host memory", "Test PASSED", "Done")
 # How long the cluster must be quiet before a summary may say settled (real operator).
 QUIET_SECONDS = 1.0
-# A reconcile without any event this often, in case a watch missed one.
+# A reconcile without any event this often, in case a watch missed one; on a fleet of more
+# than SAFETY_NODES_PER_SECOND * SAFETY_SECONDS nodes, once per SAFETY_NODES_PER_SECOND nodes a
+# second. A pass lists and reads the whole fleet, about 3 s of CPU at a thousand nodes: every
+# 30 s there, it took a tenth of the machine's two cores, from the API server and the module
+# being measured, in every scale figure (a scale benchmark's verify met one or two of them).
 SAFETY_SECONDS = 30.0
+SAFETY_NODES_PER_SECOND = 10.0
+
+
+def safety_seconds(fleet_size):
+    """How long the reconcile waits for an event before a pass of its own, on a fleet of
+    ``fleet_size`` nodes."""
+    return max(SAFETY_SECONDS, fleet_size / SAFETY_NODES_PER_SECOND)
+
 # Writes of one reconcile (pod states, node resources and labels, finished samples) this
 # many at a time: a thousand-node fleet's rollout is ten thousand of them, and one after
 # another they would make the lab, not the collection, what a scale benchmark measures.
@@ -228,6 +240,7 @@ class NodeAgent(object):
         self.changes = 0
         self.last_event = time.monotonic()
         self.quiet_pending = False
+        self.fleet_size = 0  # nodes the last reconcile saw
         self._lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(WRITE_CONCURRENCY, thread_name_prefix="write")
         self._sample_pool = concurrent.futures.ThreadPoolExecutor(WRITE_CONCURRENCY, thread_name_prefix="sample")
@@ -295,7 +308,7 @@ class NodeAgent(object):
         while True:
             # Woken by an event; or, when the last summary waited only for the cluster to be
             # quiet, when it will have been; else a slow safety pass.
-            timeout = SAFETY_SECONDS
+            timeout = safety_seconds(self.fleet_size)
             if self.quiet_pending:
                 timeout = max(0.05, self.last_event + QUIET_SECONDS - time.monotonic())
             try:
@@ -350,6 +363,7 @@ class NodeAgent(object):
         mirror = ((chart or {}).get("metadata", {}).get("annotations") or {}).get(MIRROR_ANNOTATION)
         summary["mirror"] = mirror
         nodes = self._list(self.core.list_node)
+        self.fleet_size = len(nodes)
         pods = self._list(self.core.list_pod_for_all_namespaces)
         daemonsets = self._list(self.apps.list_daemon_set_for_all_namespaces)
         self.operand_pods(nodes, pods, daemonsets, mirror)
