@@ -503,16 +503,21 @@ def run(api, params, check_mode, warn):
         return None, dict(report, changed=params["keep_pods"], elapsed=k8s_wait.elapsed(api))
 
     clear_leftovers(api, params, [p["name"] for p in planned], deadline)
-    # Named before they are created: a pod whose creation went wrong in any way, or that
-    # the module was stopped for, is deleted by that name.
+    # Named just before its create is sent: a pod whose creation went wrong in any way, or
+    # that the module was stopped for, is deleted by that name (and by the run's label); a
+    # pod whose create never started does not exist and is not named.
     created = []
     created_at = api.clock.now()
+    for pod in planned:
+        pod["manifest"]["spec"]["activeDeadlineSeconds"] = max(1, params["timeout"])
+
+    def create(pod):
+        created.append(pod["name"])
+        create_sample(api, params["namespace"], pod, run_id)
+
     previous = dict((s, signal.signal(s, _interrupt)) for s in _SIGNALS)
     try:
-        for pod in planned:
-            pod["manifest"]["spec"]["activeDeadlineSeconds"] = max(1, params["timeout"])
-            created.append(pod["name"])
-        bounded(lambda pod: create_sample(api, params["namespace"], pod, run_id), planned, params["concurrency"])
+        bounded(create, planned, params["concurrency"])
         reaper = Reaper(api, params["namespace"], not params["keep_pods"], params["concurrency"])
         try:
             reports, result = wait_for_samples(api, params, planned, run_id, created_at, deadline, reaper)
@@ -520,7 +525,12 @@ def run(api, params, check_mode, warn):
             reaper.close()
     except Interrupted as exc:
         left = _cleanup_undisturbed(api, params, created, run_id, warn)
-        outcome = "pods %s deleted" % ", ".join(created) if not left else "pods may be left: %s" % ", ".join(created)
+        # In the plan's order: concurrent creates append in any order.
+        attempted = set(created)
+        named = ", ".join(p["name"] for p in planned if p["name"] in attempted)
+        outcome = "pods %s deleted" % named if not left else "pods may be left: %s" % named
+        if not attempted:
+            outcome = "no pod was created"
         return ("interrupted by %s: %s" % (exc, outcome),
                 dict(report, changed=left, elapsed=k8s_wait.elapsed(api)))
     except BaseException:

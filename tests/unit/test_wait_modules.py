@@ -569,11 +569,25 @@ def test_cuda_sample_deletes_its_pods_and_says_so_when_a_signal_interrupts_it(ru
     rc, result, _connects = run(cuda_sample, cluster, per_node=True, concurrency=1)
     names = ["cuda-vectoradd-gpu-container-%d" % i for i in (1, 2, 3)]
     assert rc == 1 and result["changed"] is False
-    assert result["msg"] == "interrupted by %s: pods %s deleted" % (
-        signal.Signals(signum).name, ", ".join(names + ["cuda-vectoradd-gpu-container-%d" % i for i in (4, 5, 6)]))
+    # The pods whose create was sent; those never attempted do not exist and are not named.
+    assert result["msg"] == "interrupted by %s: pods %s deleted" % (signal.Signals(signum).name, ", ".join(names))
     assert [p["metadata"]["name"] for p in cluster.created] == names
     assert sorted(cluster.deleted) == names
     assert dict((s, signal.getsignal(s)) for s in before) == before
+
+
+def test_cuda_sample_interrupted_before_any_create_says_that_no_pod_was_created(run, monkeypatch):
+    cluster, _names = fleet_sample_cluster(3)
+    real_bounded = cuda_sample.bounded
+
+    def interrupted_first(function, items, concurrency):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real_bounded(function, items, concurrency)
+
+    monkeypatch.setattr(cuda_sample, "bounded", interrupted_first)
+    rc, result, _connects = run(cuda_sample, cluster, per_node=True)
+    assert rc == 1 and result["msg"] == "interrupted by SIGTERM: no pod was created"
+    assert cluster.created == [] and cluster.deleted == [] and result["changed"] is False
 
 
 @pytest.mark.parametrize("args, message", [
