@@ -87,6 +87,7 @@ def safety_seconds(fleet_size):
     ``fleet_size`` nodes."""
     return max(SAFETY_SECONDS, fleet_size / SAFETY_NODES_PER_SECOND)
 
+
 # Writes of one reconcile (pod states, node resources and labels, finished samples) this
 # many at a time: a thousand-node fleet's rollout is ten thousand of them, and one after
 # another they would make the lab, not the collection, what a scale benchmark measures.
