@@ -1088,44 +1088,51 @@ class Lab(object):
         self._create_node(manifest)
         self._wait_for("node %s Ready" % name, lambda: self._nodes_ready([name]), 60, "kwok")
 
-    def apply_fleet_labels(self):
-        """Puts the fleet's workload labels on the nodes, as the gpu_node_labels role
-        would from the same inventory (test set-up without running the role)."""
+    def fleet_labels(self):
+        """{node: the workload labels the fleet's inventory asks for}, as the gpu_node_labels
+        role would put them from the same inventory (test set-up without running the role)."""
         # The role's own mapping from host variables to labels (node_labels.desired_labels):
         # gpu_operands_disabled: [driver] on a host with its own driver (gpu-spark-1),
         # gpu_node_isolated on the scale fleet's isolated nodes.
-        patches = []
-        for name, host_vars in sorted(self.fleet().items()):
-            labels = nl.desired_labels({"workload_config": host_vars.get("gpu_workload_config"),
-                                        "operands_disabled": host_vars.get("gpu_operands_disabled") or [],
-                                        "isolated": bool(host_vars.get("gpu_node_isolated")),
-                                        "vgpu_config": host_vars.get("gpu_vgpu_config")})
-            if labels:
-                patches.append((name, {"metadata": {"labels": labels}}))
+        return dict((name, nl.desired_labels({"workload_config": host_vars.get("gpu_workload_config"),
+                                              "operands_disabled": host_vars.get("gpu_operands_disabled") or [],
+                                              "isolated": bool(host_vars.get("gpu_node_isolated")),
+                                              "vgpu_config": host_vars.get("gpu_vgpu_config")}))
+                    for name, host_vars in sorted(self.fleet().items()))
+
+    def apply_fleet_labels(self):
+        """Puts the fleet's workload labels on the nodes."""
+        patches = [(name, {"metadata": {"labels": labels}}) for name, labels in self.fleet_labels().items() if labels]
         self._each(lambda item: self.core().patch_node(*item), patches)
 
     def reset(self, values=None):
         """Back to the clean fleet between tests: nodes not in the fleet deleted, fault
         switches off, per-node operand switches removed, fleet labels, operator values."""
-        fleet = self.fleet()
+        wanted = self.fleet_labels()
         for node in self.core().list_node().items:
             name = node.metadata.name
-            if name not in fleet:
+            if name not in wanted:
                 self.delete_node(name)
                 continue
+            current = node.metadata.labels or {}
             annotations = dict((k, None) for k in (node.metadata.annotations or {})
                                if k.startswith(fleet_mod.LAB_ANNOTATION) and k not in fleet_mod.NODE_STATE_ANNOTATIONS)
-            labels = dict((k, None) for k, v in (node.metadata.labels or {}).items()
-                          if k.startswith("nvidia.com/gpu.deploy.") and v != "true")
+            labels = dict((k, None) for k, v in current.items()
+                          if k.startswith("nvidia.com/gpu.deploy.") and v != "true" and wanted[name].get(k) != v)
             if labels:
                 # The operator does not reconcile a removed deploy label; a missing common GPU
                 # label makes it reconcile the node and put back the deploy labels it owns.
                 labels["nvidia.com/gpu.present"] = None
-            labels.update(dict((k, None) for k in (node.metadata.labels or {})
+            labels.update(dict((k, None) for k in current
                                if k in ("nvidia.com/gpu.workload.config", "nvidia.com/vgpu.config")))
+            # The fleet's labels go in the same patch as the removals, never after them: a
+            # deploy.driver=false removed on its own is an absent label the operator answers
+            # with true within milliseconds, the driver pod lands on the Spark, and its
+            # k8s-driver-manager labels the node pre-installed after the fleet's false is back.
+            labels.update(wanted[name])
+            labels = dict((k, v) for k, v in labels.items() if current.get(k) != v)
             if annotations or labels:
                 self.core().patch_node(name, {"metadata": {"annotations": annotations, "labels": labels}})
-        self.apply_fleet_labels()
         if values is not None:
             self.install_operator(values)
             self.wait_settled()

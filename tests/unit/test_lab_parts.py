@@ -253,3 +253,68 @@ def test_the_node_agents_safety_pass_comes_less_often_on_a_large_fleet():
     assert node_agent.safety_seconds(0) == node_agent.safety_seconds(7) == node_agent.SAFETY_SECONDS == 30.0
     assert node_agent.safety_seconds(200) == node_agent.safety_seconds(300) == 30.0
     assert node_agent.safety_seconds(1143) == 114.3
+
+
+# ---------------------------------------------------------------- the reset between tests keeps the fleet's labels
+
+class _RecordingCore:
+    """list_node over plain nodes; patch_node recorded in order."""
+
+    def __init__(self, nodes):
+        from types import SimpleNamespace
+        self.items = [SimpleNamespace(metadata=SimpleNamespace(name=name, labels=dict(labels), annotations={}))
+                      for name, labels in nodes.items()]
+        self.patches = []
+
+    def list_node(self):
+        from types import SimpleNamespace
+        return SimpleNamespace(items=self.items)
+
+    def patch_node(self, name, body):
+        self.patches.append((name, body))
+
+
+def _reset(tmp_path, nodes):
+    from tests.lab.lab import Lab
+    lab = Lab(workdir=str(tmp_path), nodes=0)
+    core = _RecordingCore(nodes)
+    lab.core = lambda: core
+    lab.delete_node = lambda name: core.patches.append((name, "deleted"))
+    wanted = lab.fleet_labels()
+    lab.reset()
+    return wanted, core.patches
+
+
+def test_a_reset_never_removes_a_fleet_label_the_node_already_has(tmp_path):
+    # Removing the Spark's deploy.driver=false, even to put it back a moment later, is an absent
+    # label the operator answers with true: the driver pod lands and k8s-driver-manager labels the
+    # node pre-installed after the fleet's false is back (a flaky CI run, 2026-12-04).
+    from tests.lab.lab import Lab
+    wanted = Lab(workdir=str(tmp_path), nodes=0).fleet_labels()
+    spark = [name for name, labels in wanted.items() if labels.get(om.deploy_label("driver")) == om.DEPLOY_FALSE]
+    assert spark, "the lab fleet has a host with its own driver"
+    clean = dict((name, dict(labels, **{om.deploy_label("driver"): om.DEPLOY_TRUE}) if name not in spark else
+                  dict(labels, **{"nvidia.com/gpu.present": "true"}))
+                 for name, labels in wanted.items())
+    assert _reset(tmp_path, clean)[1] == []
+
+
+def test_a_reset_puts_the_fleets_label_back_in_the_patch_that_removes_a_tests(tmp_path):
+    from tests.lab.lab import Lab
+    wanted = Lab(workdir=str(tmp_path), nodes=0).fleet_labels()
+    spark = [name for name, labels in wanted.items() if labels.get(om.deploy_label("driver")) == om.DEPLOY_FALSE][0]
+    container = [name for name, labels in wanted.items() if labels.get(om.WORKLOAD_CONFIG_LABEL) == "container"
+                 and name != spark][0]
+    nodes = dict((name, dict(labels)) for name, labels in wanted.items())
+    nodes[spark].update({om.deploy_label("driver"): om.DEPLOY_PRE_INSTALLED, "nvidia.com/gpu.present": "true"})
+    nodes[container].update({om.deploy_label("container-toolkit"): om.DEPLOY_FALSE, om.WORKLOAD_CONFIG_LABEL: "vm-passthrough",
+                             "nvidia.com/gpu.present": "true"})
+    nodes["gpu-late-1"] = {}
+    patches = dict(_reset(tmp_path, nodes)[1])
+    assert patches.pop("gpu-late-1") == "deleted"
+    assert patches == {
+        spark: {"metadata": {"annotations": {}, "labels": {
+            om.deploy_label("driver"): om.DEPLOY_FALSE, "nvidia.com/gpu.present": None}}},
+        container: {"metadata": {"annotations": {}, "labels": {
+            om.deploy_label("container-toolkit"): None, "nvidia.com/gpu.present": None, om.WORKLOAD_CONFIG_LABEL: "container"}}},
+    }
