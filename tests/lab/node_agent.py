@@ -82,6 +82,22 @@ SAFETY_SECONDS = 30.0
 SAFETY_NODES_PER_SECOND = 10.0
 
 
+# The pod conditions a kubelet writes from its containers' states (and rewrites when
+# someone else changed them).
+KUBELET_CONDITIONS = ("Initialized", "Ready", "ContainersReady")
+
+# A reconcile this long is logged: on the lab fleet one takes well under a second, so
+# a longer one is a stalled request or a fleet too large for the machine.
+SLOW_RECONCILE_SECONDS = 10.0
+
+
+def log(message):
+    """One line on stderr (the lab keeps it as node-agent.log), stamped like the control
+    plane's own logs so a stall can be lined up with theirs."""
+    print("%s %s" % (datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M:%S.%f")[:-3], message),
+          file=sys.stderr, flush=True)
+
+
 def safety_seconds(fleet_size):
     """How long the reconcile waits for an event before a pass of its own, on a fleet of
     ``fleet_size`` nodes."""
@@ -177,6 +193,12 @@ def node_without_heartbeat(node):
     status = dict(node.get("status") or {})
     status["conditions"] = [dict(c, lastHeartbeatTime=None) for c in status.get("conditions") or ()]
     return json.dumps([meta, node.get("spec"), status], sort_keys=True)
+
+
+def condition_statuses(status):
+    """{condition type: status} of the pod conditions the kubelet owns."""
+    return dict((c.get("type"), c.get("status")) for c in (status or {}).get("conditions") or ()
+                if c.get("type") in KUBELET_CONDITIONS)
 
 
 def pod_running_ready(pod):
@@ -285,7 +307,7 @@ class NodeAgent(object):
                         self.last_event = time.monotonic()
                     self.events.put(name)
             except Exception as exc:  # the API server restarts under us in fault tests
-                print("watch %s: %s" % (name, exc), file=sys.stderr, flush=True)
+                log("watch %s: %s" % (name, exc))
                 time.sleep(0.5)
             self.events.put(name)
 
@@ -320,15 +342,17 @@ class NodeAgent(object):
             time.sleep(0.05)
             while not self.events.empty():
                 self.events.get_nowait()
+            started = time.monotonic()
             try:
                 self.reconcile()
+                if time.monotonic() - started > SLOW_RECONCILE_SECONDS:
+                    log("reconcile took %.1fs" % (time.monotonic() - started))
             except client.ApiException as exc:
-                print("reconcile: %s %s %s" % (exc.status, exc.reason, (exc.body or "")[:600]), file=sys.stderr,
-                      flush=True)
+                log("reconcile: %s %s %s" % (exc.status, exc.reason, (exc.body or "")[:600]))
                 time.sleep(0.5)
                 self.events.put("retry")
             except Exception as exc:
-                print("reconcile: %r" % exc, file=sys.stderr, flush=True)
+                log("reconcile: %r" % exc)
                 time.sleep(0.5)
                 self.events.put("retry")
 
@@ -536,11 +560,18 @@ class NodeAgent(object):
                            for s in want["containerStatuses"]]
         current_init = [list((s.get("state") or {}).keys()) for s in status.get("initContainerStatuses") or ()]
         wanted_init = [list(s["state"].keys()) for s in want["initContainerStatuses"]]
+        # The conditions too, as a kubelet's status manager does: kube-controller-manager's node
+        # lifecycle controller sets Ready=False on every pod of a node it thinks unreachable
+        # (as after a kube-apiserver restart, when its informers come back late), and only
+        # the kubelet puts it back. The DaemonSet counts such a pod unavailable.
+        current_conditions = condition_statuses(status)
+        wanted_conditions = condition_statuses(want)
         if state["blocked"] is None and (pod["metadata"].get("annotations") or {}).get(INITIALIZED_ANNOTATION) != boot:
             read_object(self.core.patch_namespaced_pod, pod["metadata"]["name"], pod["metadata"]["namespace"], {
                 "metadata": {"annotations": {INITIALIZED_ANNOTATION: boot}}})
             self._changed()
-        if status.get("phase") == want["phase"] and current_statuses == wanted_statuses and current_init == wanted_init:
+        if status.get("phase") == want["phase"] and current_statuses == wanted_statuses and current_init == wanted_init \
+                and current_conditions == wanted_conditions:
             return
         read_object(self.core.patch_namespaced_pod_status, pod["metadata"]["name"], pod["metadata"]["namespace"],
                     {"status": want})
@@ -785,7 +816,7 @@ class NodeAgent(object):
                         self._samples_ending.add(uid)
                     self._sample_pool.submit(self._end_sample, pod)
             except Exception as exc:  # the API server restarts under us in fault tests
-                print("watch samples: %s" % exc, file=sys.stderr, flush=True)
+                log("watch samples: %s" % exc)
                 time.sleep(0.5)
 
     def _hand_log_to_kwok(self, pod):
@@ -794,7 +825,7 @@ class NodeAgent(object):
             with self._lock:
                 self._logs_created.add(pod["metadata"].get("uid"))
         except Exception as exc:  # the pod's end creates the Logs object anyway
-            print("log of %s: %s" % (pod["metadata"].get("name"), exc), file=sys.stderr, flush=True)
+            log("log of %s: %s" % (pod["metadata"].get("name"), exc))
 
     def _end_sample(self, pod):
         node_name = pod["spec"].get("nodeName")
@@ -804,7 +835,7 @@ class NodeAgent(object):
             lines, exit_code = self._sample_log(node, self._ready_by_node(on_node).get(node_name, set()))
             self._finish_pod(pod, lines, exit_code)
         except Exception as exc:  # the reconcile ends it instead
-            print("sample %s: %s" % (pod["metadata"].get("name"), exc), file=sys.stderr, flush=True)
+            log("sample %s: %s" % (pod["metadata"].get("name"), exc))
             with self._lock:
                 self._samples_ending.discard(pod["metadata"].get("uid"))
             self.events.put("samples")
@@ -844,8 +875,7 @@ class NodeAgent(object):
                 if exc.status == 404:  # the pod is gone: nobody will read its log
                     return
             if time.monotonic() >= deadline:
-                print("log of %s/%s not served after %ss" % (meta["namespace"], meta["name"], LOG_SERVED_SECONDS),
-                      file=sys.stderr, flush=True)
+                log("log of %s/%s not served after %ss" % (meta["namespace"], meta["name"], LOG_SERVED_SECONDS))
                 return
             time.sleep(LOG_SERVED_RETRY)
 

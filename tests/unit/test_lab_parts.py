@@ -194,6 +194,42 @@ def test_a_held_down_operand_runs_without_turning_ready():
     assert (state["phase"], state["ready"], state["reason"]) == ("Running", False, "CrashLoopBackOff")
 
 
+class _StatusWrites:
+    """patch_namespaced_pod_status as the node agent calls it (raw answer), recorded."""
+
+    def __init__(self):
+        self.bodies = []
+
+    def patch_namespaced_pod_status(self, name, namespace, body, _preload_content=False):
+        import types
+        self.bodies.append(body)
+        return types.SimpleNamespace(data=b"{}", status=200, reason="OK", release_conn=lambda: None)
+
+
+def _kubelet_pass(pod):
+    import threading
+    agent = node_agent.NodeAgent.__new__(node_agent.NodeAgent)
+    agent.core, agent._lock, agent.changes = _StatusWrites(), threading.Lock(), 0
+    agent._set_pod_state(pod, {"phase": "Running", "ready": True, "blocked": None}, "u1/0")
+    return agent.core.bodies
+
+
+def test_the_kubelet_puts_back_the_ready_condition_the_node_lifecycle_controller_took():
+    pod = _pod("container-toolkit", [], annotations={node_agent.INITIALIZED_ANNOTATION: "u1/0"})
+    pod["metadata"]["namespace"] = om.DEFAULT_NAMESPACE
+    written = _kubelet_pass(pod)
+    assert len(written) == 1
+    pod["status"] = written[0]["status"]
+    assert _kubelet_pass(pod) == []  # a second pass over its own status writes nothing
+    # kube-controller-manager marks the pods of a node it thinks unreachable not Ready (after a
+    # kube-apiserver restart its informers come back late); the containers' statuses are untouched.
+    for condition in pod["status"]["conditions"]:
+        if condition["type"] == "Ready":
+            condition.update(status="False", reason=None)
+    written = _kubelet_pass(pod)
+    assert len(written) == 1 and node_agent.condition_statuses(written[0]["status"])["Ready"] == "True"
+
+
 # ---------------------------------------------------------------- the lab's settle wait says what is missing
 
 def _unsettled(tmp_path, summary, chart):
