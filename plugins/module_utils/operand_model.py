@@ -955,3 +955,57 @@ def untolerated_taints(node_taints, tolerations=DEFAULT_OPERAND_TOLERATIONS):
     """Taints of a node that keep the operand DaemonSets' pods off it."""
     allowed = tuple(tolerations or ()) + DAEMONSET_AUTO_TOLERATIONS
     return [t for t in (node_taints or ()) if not tolerates(allowed, t)]
+
+
+# Precompiled drivers and nodes without a driver container. With driver.usePrecompiled the
+# operator makes one driver DaemonSet per (kernel, OS) of every node labelled gpu.present=true,
+# whatever its deploy.driver (controllers/object_controls.go getKernelVersionsMap, called from
+# state_manager.go init on every reconcile), and each pass first deletes every precompiled
+# DaemonSet that wants no pod and has none misscheduled (cleanupStalePrecompiledDaemonsets),
+# then creates the per-kernel ones again (precompiledDriverDaemonsets). A kernel that only
+# nodes without a driver container run (a host with its own driver such as a DGX Spark, a
+# vm-* node, a node whose driver is switched off or whose taint the DaemonSet does not
+# tolerate) therefore gets a DaemonSet that is created and deleted on every pass: the
+# operator never stops reconciling, while its ClusterPolicy says ready (isDaemonSetReady
+# calls a DaemonSet that wants no pod ready, even one it cannot find). Read in the v26.3.2,
+# v26.3.3 and v26.7.0 sources; the functions are the same in all three.
+PRECOMPILED_SOURCE = ("NVIDIA/gpu-operator controllers/object_controls.go getKernelVersionsMap, "
+                      "cleanupStalePrecompiledDaemonsets, precompiledDriverDaemonsets (v26.3.2 to v26.7.0)")
+
+
+def precompiled_driver_groups(nodes):
+    """The precompiled driver DaemonSets the operator makes for ``nodes``: an iterable of
+    ``{"name", "kernel", "os_tag", "driver"}``, one per GPU node (gpu.present=true), with
+    ``driver`` true where the driver DaemonSet places a pod (deploy.driver=true and every taint
+    tolerated). Nodes without a kernel are left out (the operator refuses them: NFD missing).
+
+    Returns ``[{"daemonset", "kernel", "os_tag", "driver_nodes", "other_nodes", "churns"}]``
+    sorted by DaemonSet name; ``churns`` is true where no node of that kernel and OS runs the
+    driver container: the operator deletes that DaemonSet as stale and creates it again on
+    every reconcile."""
+    groups = {}
+    for node in nodes:
+        if not node.get("kernel"):
+            continue
+        key = (node["kernel"], node.get("os_tag") or "")
+        group = groups.setdefault(key, {"daemonset": precompiled_driver_daemonset(*key), "kernel": key[0],
+                                        "os_tag": key[1], "driver_nodes": [], "other_nodes": []})
+        group["driver_nodes" if node.get("driver") else "other_nodes"].append(node["name"])
+    for group in groups.values():
+        group["driver_nodes"].sort()
+        group["other_nodes"].sort()
+        group["churns"] = not group["driver_nodes"]
+    return sorted(groups.values(), key=lambda g: g["daemonset"])
+
+
+def precompiled_churn_message(group):
+    """Why the operator will never come to rest for one churning group of
+    precompiled_driver_groups, and what a site can do about it."""
+    return ("driver.usePrecompiled: %s (kernel %s) %s no driver container, and no node that runs one has that "
+            "kernel: the GPU Operator still makes the precompiled driver DaemonSet %s for it (every gpu.present "
+            "node's kernel counts), deletes it on its next pass because it wants no pod, and creates it again, "
+            "so it never stops reconciling (its ClusterPolicy still says ready). Turn driver.usePrecompiled off "
+            "(the driver container then builds for each node's kernel), or run a driver-container node on that "
+            "kernel. Source: %s"
+            % (", ".join(group["other_nodes"]), group["kernel"], "runs" if len(group["other_nodes"]) == 1 else "run",
+               group["daemonset"], PRECOMPILED_SOURCE))

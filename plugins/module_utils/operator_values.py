@@ -574,3 +574,30 @@ def workload_runtime_class(chart_version):
     """The runtimeClassName GPU pods must set on this chart line (v25.3 recipe), or None."""
     line = chart_line(chart_version)
     return VOLUME_MOUNTS_RUNTIME_CLASS if line and line["volume_mounts_recipe"] else None
+
+
+def precompiled_churn_warnings(decisions, nodes, driver_kernels=()):
+    """What driver.usePrecompiled will do on this inventory that a site should hear before it
+    happens: one warning per kernel that only GPU nodes without a driver container run
+    (operand_model.precompiled_driver_groups: the operator then never stops reconciling),
+    and one for such nodes whose kernel the inventory does not give. ``nodes`` as for
+    decision_problems (with ``kernel``, ``os_tag``, ``operands_disabled``);
+    ``driver_kernels``: the site-wide kernels of driver nodes that give none."""
+    if decisions.get("driver_enabled") is False or not decisions.get("driver_use_precompiled"):
+        return []
+    configs = node_workload_configs(nodes, decisions.get("sandbox_workloads") or {})
+    facts = [{"name": n["name"], "kernel": n.get("kernel"), "os_tag": n.get("os_tag"),
+              "driver": configs.get(n["name"]) == om.CONTAINER and "driver" not in (n.get("operands_disabled") or ())}
+             for n in nodes]
+    # A driver node without a kernel of its own may run any of the site-wide kernels.
+    maybe_covered = set(driver_kernels or ()) if any(f["driver"] and not f["kernel"] for f in facts) else set()
+    warnings = [om.precompiled_churn_message(group) for group in om.precompiled_driver_groups(facts)
+                if group["churns"] and group["kernel"] not in maybe_covered]
+    unknown = sorted(f["name"] for f in facts if not f["driver"] and not f["kernel"])
+    if unknown:
+        warnings.append("driver.usePrecompiled: %s %s no driver container and the inventory gives no kernel "
+                        "(gpu_kernel_version): unless a node that runs the driver container has the same kernel "
+                        "and OS, the GPU Operator creates and deletes a precompiled driver DaemonSet for it on every "
+                        "reconcile and never comes to rest. Source: %s"
+                        % (", ".join(unknown), "runs" if len(unknown) == 1 else "run", om.PRECOMPILED_SOURCE))
+    return warnings

@@ -68,6 +68,11 @@ options:
     description:
       - C(driver.usePrecompiled). The driver version must then be the driver branch (set C(driver.version) in
         O(extra_values)), and the image plan needs the nodes' kernels.
+      - The module warns when a GPU node that runs no driver container (its own driver, C(driver) in
+        O(gpu_nodes[].operands_disabled), a C(vm-*) workload) has a kernel that no driver-container node has, or
+        gives no kernel. The operator makes a precompiled driver DaemonSet for every GPU node's kernel, deletes the
+        one that wants no pod on its next pass and creates it again, so it never stops reconciling
+        (docs/operand-model.md).
     type: bool
     default: false
   toolkit_enabled:
@@ -455,6 +460,7 @@ def render(params, reference, archive_bytes=None, rke2_image_lists=()):
         "images_txt": ip.images_txt(sections, mirror, header=plan_header),
         "plan_problems": plan_problems,
         "workload_runtime_class": runtime_class,
+        "warnings": ov.precompiled_churn_warnings(decisions, nodes, params.get("driver_kernels")),
     }
 
 
@@ -535,6 +541,8 @@ def main():
         result = render(module.params, reference, archive, lists)
     except ov.ValuesError as exc:
         module.fail_json(msg="GPU Operator values refused: %s" % "; ".join(exc.problems), problems=exc.problems)
+    for warning in result.pop("warnings"):
+        module.warn(warning)
     module.exit_json(changed=False, **result)
 
 

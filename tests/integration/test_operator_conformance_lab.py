@@ -36,6 +36,9 @@ NAMESPACE = om.DEFAULT_NAMESPACE
 SIMULATED_LABELS = ("nvidia.com/gpu.product", "nvidia.com/gpu.memory", "nvidia.com/gpu.count") + DRIVER_VERSION_LABELS
 SETTLE_S = 180
 CONVERGE_S = 30
+# How long a churning DaemonSet gets to be seen created and deleted (the operator's passes
+# come a few times a second while it churns).
+CHURN_S = 60
 LATE_NODE = "gpu-late-1"
 
 with open(CHART_VALUES) as _handle:
@@ -162,7 +165,7 @@ def predict(nodes, values):
             after[name][om.deploy_label("driver")] = om.DEPLOY_PRE_INSTALLED
     labels = dict((name, dict((k, v) for k, v in full.items() if k.startswith("nvidia.com/")
                               and k not in SIMULATED_LABELS)) for name, full in after.items())
-    daemonsets = {}
+    daemonsets, churning = {}, []
     for operand in om.OPERANDS:
         if not policy["operands_enabled"].get(operand.name):
             continue
@@ -174,24 +177,62 @@ def predict(nodes, values):
             # One DaemonSet per (kernel, OS) of the GPU nodes (gpu.present=true, whatever their
             # deploy.driver: getKernelVersionsMap), each also selecting its kernel
             # (object_controls.go transformPrecompiledDriverDaemonset); desired: those it targets.
-            groups = {}
-            for name in nodes:
-                if after[name].get(om.GPU_PRESENT_LABEL) != "true":
-                    continue
-                key = (nodes[name]["labels"].get(KERNEL_LABEL), "%s%s" % (
-                    nodes[name]["labels"].get(OS_ID_LABEL), nodes[name]["labels"].get(OS_VERSION_LABEL)))
-                groups.setdefault(key, []).append(name)
-            for (kernel, os_tag), members in groups.items():
-                daemonsets[om.precompiled_driver_daemonset(kernel, os_tag)] = {
-                    "selector": dict(selector, **{KERNEL_LABEL: kernel}),
-                    "desired": len([m for m in members if m in targets])}
+            # One that targets no node churns: created and deleted on every pass.
+            for group in om.precompiled_driver_groups(
+                    {"name": name, "kernel": nodes[name]["labels"].get(KERNEL_LABEL), "driver": name in targets,
+                     "os_tag": "%s%s" % (nodes[name]["labels"].get(OS_ID_LABEL),
+                                         nodes[name]["labels"].get(OS_VERSION_LABEL))}
+                    for name in sorted(nodes) if after[name].get(om.GPU_PRESENT_LABEL) == "true"):
+                daemonsets[group["daemonset"]] = {"selector": dict(selector, **{KERNEL_LABEL: group["kernel"]}),
+                                                  "desired": len(group["driver_nodes"])}
+                if group["churns"]:
+                    churning.append(group["daemonset"])
             continue
         daemonsets[operand.daemonset] = {"selector": selector, "desired": len(targets)}
     gpu_nodes = [n for n, node in nodes.items() if om.is_gpu_node(node["labels"])]
     reason = om.REASON_RECONCILED if gpu_nodes else om.REASON_NO_GPU_NODES
-    return {"daemonsets": daemonsets, "labels": labels, "cluster_policy": {
+    return {"daemonsets": daemonsets, "labels": labels, "churning": sorted(churning), "cluster_policy": {
         "state": om.CLUSTER_POLICY_READY, "conditions": [[om.CONDITION_ERROR, "False", "Ready"],
                                                          [om.CONDITION_READY, "True", reason]]}}
+
+
+def without_churning(predicted, seen):
+    """(predicted, seen) with the DaemonSets the model says churn taken out of both, and the
+    problems of those: the real operator creates and deletes each on every pass, so at any
+    moment it is absent or present, and when present it must be what the model says
+    (selector, no pod wanted)."""
+    churning = predicted.get("churning") or ()
+    problems = []
+    for name in churning:
+        present = seen["daemonsets"].get(name)
+        if present is not None and present != predicted["daemonsets"][name]:
+            problems.append("%s (churning): the model says %s, the real operator has %s" % (
+                name, json.dumps(predicted["daemonsets"][name], sort_keys=True), json.dumps(present, sort_keys=True)))
+
+    def strip(tree):
+        return dict(tree, daemonsets=dict((k, v) for k, v in tree["daemonsets"].items() if k not in churning))
+    expected = strip(predicted)
+    expected.pop("churning", None)
+    return expected, strip(seen), problems
+
+
+def churn_seen(lab, name, timeout=CHURN_S):
+    """The event types of DaemonSet ``name`` seen until the operator both created and deleted
+    it (or ``timeout`` passed): what makes a churning DaemonSet churn, seen on the real one."""
+    from kubernetes import client, watch
+    apps = client.AppsV1Api(lab.api)
+    seen = set()
+    deadline = time.monotonic() + timeout
+    while not {"ADDED", "DELETED"} <= seen and time.monotonic() < deadline:
+        listed = apps.list_namespaced_daemon_set(NAMESPACE, field_selector="metadata.name=" + name)
+        for event in watch.Watch().stream(apps.list_namespaced_daemon_set, NAMESPACE,
+                                          field_selector="metadata.name=" + name,
+                                          resource_version=listed.metadata.resource_version,
+                                          timeout_seconds=max(1, int(deadline - time.monotonic()))):
+            seen.add(event["type"])
+            if {"ADDED", "DELETED"} <= seen:
+                break
+    return seen
 
 
 def flatten(tree, prefix=""):
@@ -371,23 +412,35 @@ def test_model_and_simulator_agree_with_the_real_operator(real, simulated, scena
         on_real, on_simulator = pool.submit(run_scenario, real, scenario), pool.submit(run_scenario, simulated, scenario)
         before, seen = on_real.result()
         _sim_before, simulator_seen = on_simulator.result()
-    predicted = predict(before, scenario.values)
+    predicted, churning_problems = predict(before, scenario.values), []
     # The operator acts on the ClusterPolicy's change on its own schedule (its work queue,
     # a 5 s requeue while notReady), and nothing it writes says which change it has seen:
     # it gets until CONVERGE_S to reach the predicted state, each look after a settled lab.
     deadline = time.monotonic() + CONVERGE_S
-    while unaccepted(scenario.name, "model", differences(predicted, seen))[0] and time.monotonic() < deadline:
+    while unaccepted(scenario.name, "model", differences(*without_churning(predicted, seen)[:2]))[0] and \
+            time.monotonic() < deadline:
         real.wait_settled(timeout=SETTLE_S)
         seen = observe(real)
     assert seen["daemonsets"], "the real operator created no operand DaemonSet: %s" % json.dumps(seen, indent=1)
     checks = checks_against_the_operator(real)
-    model_diffs, model_stale = unaccepted(scenario.name, "model", differences(predicted, seen))
+    # The churn the model predicts is the real operator's: it creates and deletes each such DaemonSet.
+    for name in predicted["churning"]:
+        events = churn_seen(real, name)
+        if not {"ADDED", "DELETED"} <= events:
+            churning_problems.append("%s: the model says the operator creates and deletes it on every pass; in %ss "
+                                     "the real operator's events were %s" % (name, CHURN_S, sorted(events)))
+    expected, seen, problems = without_churning(predicted, seen)
+    churning_problems.extend(problems)
+    simulator_seen = without_churning(predicted, simulator_seen)[1]
+    model_diffs, model_stale = unaccepted(scenario.name, "model", differences(expected, seen))
     sim_diffs, sim_stale = unaccepted(scenario.name, "simulator", differences(simulator_seen, seen))
     report = []
     if model_diffs:
         report.append("operand model vs the real operator:\n" + readable(model_diffs, "model", "real operator"))
     if sim_diffs:
         report.append("simulator vs the real operator:\n" + readable(sim_diffs, "simulator", "real operator"))
+    if churning_problems:
+        report.append("precompiled driver DaemonSets that churn:\n" + "\n".join(churning_problems))
     if checks:
         report.append("gpu_node_check (the live ClusterPolicy read as the operator reads it) vs where the real "
                       "operator's DaemonSets put pods:\n" + "\n".join(checks))

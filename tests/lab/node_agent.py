@@ -241,6 +241,29 @@ def node_boot(node):
         BOOT_ANNOTATION) or "0")
 
 
+def places_no_pod(daemonset):
+    """The DaemonSet wants no pod and has none (its status says so, or it has none yet). Its
+    events cannot change what a kubelet does, and a real operator may write such DaemonSets
+    for ever: with driver.usePrecompiled, a kernel that only nodes without a driver container
+    run gets a precompiled driver DaemonSet that the operator deletes as stale and creates
+    again on every pass (operand_model.precompiled_driver_groups)."""
+    status = daemonset.get("status") or {}
+    return not any(status.get(k) for k in ("desiredNumberScheduled", "currentNumberScheduled",
+                                            "numberMisscheduled", "numberReady"))
+
+
+def quiet_breaker(name, event):
+    """Whether a watch event of kind ``name`` counts against the cluster being quiet, and
+    what it was ("" when it does not count): the summary names the last one, so a lab that
+    never settles says what kept it busy."""
+    obj = event.get("object") or {}
+    meta = obj.get("metadata") or {}
+    if name == "sync" or (name == "daemonsets" and places_no_pod(obj)):
+        return ""
+    return "%s %s %s" % (event.get("type") or "?", name, "/".join(p for p in (meta.get("namespace"),
+                                                                             meta.get("name")) if p))
+
+
 def selects(template_spec, node):
     """The DaemonSet pod template ``template_spec`` targets ``node`` (nodeSelector and taints)."""
     labels = node["metadata"].get("labels") or {}
@@ -262,6 +285,7 @@ class NodeAgent(object):
         self.events = queue.Queue()
         self.changes = 0
         self.last_event = time.monotonic()
+        self.last_event_what = ""  # quiet_breaker of the last event that counted
         self.quiet_pending = False
         self.fleet_size = 0  # nodes the last reconcile saw
         self._lock = threading.Lock()
@@ -303,8 +327,15 @@ class NodeAgent(object):
                         seen[key] = state
                         if not changed:
                             continue
-                    if name != "sync":
+                    what = quiet_breaker(name, event)
+                    if what:
                         self.last_event = time.monotonic()
+                        self.last_event_what = what
+                    elif name != "sync":
+                        # A DaemonSet that wants no pod and has none: nothing for a kubelet to do,
+                        # and no reason to run a whole-fleet reconcile (a churning operator
+                        # writes one every few milliseconds).
+                        continue
                     self.events.put(name)
             except Exception as exc:  # the API server restarts under us in fault tests
                 log("watch %s: %s" % (name, exc))
@@ -400,8 +431,11 @@ class NodeAgent(object):
         summary["operands_settled"] = operands_settled
         quiet = self.operator_simulator is not None or time.monotonic() - quiet_since >= QUIET_SECONDS
         self.quiet_pending = not quiet
-        # What the lab's wait names when the summary never says settled (wrote: this pass changed something).
+        # What the lab's wait names when the summary never says settled (wrote: this pass changed something;
+        # last_event: the last event that counted against quiet, when that is what it waits for).
         summary.update(wrote=self.changes > 0, operator_settled=operator_settled, quiet=quiet)
+        if not quiet:
+            summary["last_event"] = self.last_event_what
         if chart is None:
             summary["settled"] = self.changes == 0 and operands_settled and quiet and operator_settled
         else:
@@ -743,10 +777,14 @@ class NodeAgent(object):
             if om.operand_for_daemonset(ds["metadata"]["name"]) is None:
                 continue
             status = ds.get("status") or {}
-            if status.get("observedGeneration") != ds["metadata"].get("generation"):
-                return False
             template = ds["spec"]["template"]["spec"]
             wanted = sum(1 for n in nodes if selects(template, n))
+            if not wanted and places_no_pod(ds):
+                # Targets no node and placed no pod: no node's state depends on it, whether or not
+                # its controller has seen it (a churning precompiled driver DaemonSet never is).
+                continue
+            if status.get("observedGeneration") != ds["metadata"].get("generation"):
+                return False
             desired = status.get("desiredNumberScheduled", 0)
             if desired != status.get("currentNumberScheduled", 0) or desired < wanted:
                 return False

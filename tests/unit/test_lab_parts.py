@@ -283,6 +283,35 @@ def test_the_node_agent_is_not_woken_by_a_nodes_heartbeat_alone():
         assert node_without_heartbeat(changed) != node_without_heartbeat(node)
 
 
+def _daemonset(name, selector, status):
+    return {"metadata": {"name": name, "namespace": "gpu-operator", "generation": 1},
+            "spec": {"template": {"spec": {"nodeSelector": selector}}}, "status": status}
+
+
+CHURNING = _daemonset("nvidia-driver-daemonset-6.17.0-1014-nvidia-ubuntu22.04",
+                      {om.deploy_label("driver"): "true", om.NFD_KERNEL_LABEL: "6.17.0-1014-nvidia"}, {})
+SPARK = {"metadata": {"name": "gpu-spark-1", "labels": {om.deploy_label("driver"): "false",
+                                                         om.NFD_KERNEL_LABEL: "6.17.0-1014-nvidia"}}, "spec": {}}
+
+
+def test_a_daemonset_the_operator_creates_and_deletes_for_ever_does_not_keep_the_lab_unsettled():
+    # With driver.usePrecompiled the real operator writes the Spark's kernel's driver DaemonSet on every pass
+    # (operand_model.precompiled_driver_groups): the controller never sees it, and it targets no node.
+    assert node_agent.NodeAgent._operands_settled([CHURNING], [], [SPARK]) is True
+    assert node_agent.quiet_breaker("daemonsets", {"type": "ADDED", "object": CHURNING}) == ""
+    assert node_agent.quiet_breaker("daemonsets", {"type": "DELETED", "object": CHURNING}) == ""
+    # A DaemonSet that targets a node, or has pods, still counts until its controller caught up.
+    targeted = copy.deepcopy(SPARK)
+    targeted["metadata"]["labels"][om.deploy_label("driver")] = "true"
+    assert node_agent.NodeAgent._operands_settled([CHURNING], [], [targeted]) is False
+    placed = dict(CHURNING, status={"desiredNumberScheduled": 0, "currentNumberScheduled": 1})
+    assert node_agent.NodeAgent._operands_settled([placed], [], [SPARK]) is False
+    assert node_agent.quiet_breaker("daemonsets", {"type": "MODIFIED", "object": placed}) == (
+        "MODIFIED daemonsets gpu-operator/nvidia-driver-daemonset-6.17.0-1014-nvidia-ubuntu22.04")
+    assert node_agent.quiet_breaker("nodes", {"type": "MODIFIED", "object": SPARK}) == "MODIFIED nodes gpu-spark-1"
+    assert node_agent.quiet_breaker("sync", {"type": "MODIFIED", "object": {}}) == ""
+
+
 def test_the_node_agents_safety_pass_comes_less_often_on_a_large_fleet():
     # The lab fleet and CI's 200-node fleet keep the 30 s pass; a thousand nodes' pass, seconds of CPU on the
     # machine the benchmark measures on, comes once per ten nodes a second.
