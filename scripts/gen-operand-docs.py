@@ -38,6 +38,34 @@ RESOURCE_EXAMPLES = {
 PASSTHROUGH_EXAMPLES = ("GA102GL [A10]", "GH100 [GH200 120GB / 480GB]", "GA100 [A800-SXM4-80GB]", "GH100 [H100 PCIe]")
 
 
+# What operand_model.precompiled_driver_groups and gpu_operator_chart's warning stand on (issue 33).
+PRECOMPILED_CHURN = [
+    '### Precompiled drivers beside nodes without a driver container: the operator never comes to rest',
+    '',
+    'With `driver.usePrecompiled: true` the operator makes one driver DaemonSet per kernel and OS of **every** node labelled',
+    '`nvidia.com/gpu.present=true`, whatever its `deploy.driver` (`controllers/object_controls.go`',
+    '`getKernelVersionsMap`, called from `state_manager.go` `init` on every reconcile). Each pass first deletes every',
+    'precompiled DaemonSet that wants no pod and has none misscheduled (`cleanupStalePrecompiledDaemonsets`:',
+    '`desiredNumberScheduled == 0 && numberMisscheduled == 0`), then creates the per-kernel ones again',
+    '(`precompiledDriverDaemonsets`). So a kernel that only nodes **without** a driver container run (a host with its own',
+    'driver such as a DGX Spark, `deploy.driver=false`; a `vm-*` node; a node whose taint the DaemonSet does not tolerate)',
+    'gets a DaemonSet that is created and deleted on every pass: the operator reconciles for ever (in the lab, about 2,600',
+    '`Found Resource, updating...` lines and 250 `could not get daemonset ... not found` in 4 minutes), while its',
+    'ClusterPolicy still says `ready`, because `isDaemonSetReady` calls a DaemonSet with no desired pod ready even when',
+    'it cannot find it. The code is the same in v26.3.2, v26.3.3 and v26.7.0.',
+    '',
+    "This is the real operator's behaviour, not the lab's: the lab's nodes carry exactly the labels NFD and the operator",
+    'put on a real node (`feature.node.kubernetes.io/kernel-version.full`, `gpu.present=true`), and the loop follows from',
+    'the source lines above. The model says which DaemonSets churn (`operand_model.precompiled_driver_groups`: `churns`',
+    'where no node of that kernel and OS runs the driver container), and `gpu_operator_chart` warns before the chart is',
+    'delivered, naming each such node, its kernel and the DaemonSet, and the way out: turn `driver.usePrecompiled` off (the',
+    "driver container builds for each node's kernel), or run a driver-container node on that kernel. It warns rather than",
+    "refuses: the GPU layer works, the cost is the operator's constant writes. The conformance scenario",
+    '`precompiled-driver` (with `gpu-spark-1` in the fleet) asserts the churn itself: such a DaemonSet is absent or, when',
+    'present, exactly as the model says, and the real operator is seen creating and deleting it.',
+]
+
+
 def _operand_note(o):
     # Every note after the first starts with "only" (tests/unit/test_operand_docs.py splits on ", ").
     notes = []
@@ -151,6 +179,8 @@ def render():
         "(e.g. `%s`, pods `app=%s`), and with the NVIDIADriver CRD the driver pods are labelled"
         % (om.precompiled_driver_daemonset("5.15.0-127-generic", "ubuntu22.04"), om.operand("driver").daemonset),
         "`app=nvidia-<type>-driver-<os>-<hash>` (`vgpu-host-manager` type: the vgpu-manager).",
+        "",
+    ] + PRECOMPILED_CHURN + [
         "",
         "## Node labels the operator writes",
         "",

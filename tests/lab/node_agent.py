@@ -248,8 +248,8 @@ def places_no_pod(daemonset):
     run gets a precompiled driver DaemonSet that the operator deletes as stale and creates
     again on every pass (operand_model.precompiled_driver_groups)."""
     status = daemonset.get("status") or {}
-    return not any(status.get(k) for k in ("desiredNumberScheduled", "currentNumberScheduled",
-                                            "numberMisscheduled", "numberReady"))
+    counts = ("desiredNumberScheduled", "currentNumberScheduled", "numberMisscheduled", "numberReady")
+    return not any(status.get(k) for k in counts)
 
 
 def quiet_breaker(name, event):
@@ -260,8 +260,8 @@ def quiet_breaker(name, event):
     meta = obj.get("metadata") or {}
     if name == "sync" or (name == "daemonsets" and places_no_pod(obj)):
         return ""
-    return "%s %s %s" % (event.get("type") or "?", name, "/".join(p for p in (meta.get("namespace"),
-                                                                             meta.get("name")) if p))
+    where = "/".join(p for p in (meta.get("namespace"), meta.get("name")) if p)
+    return "%s %s %s" % (event.get("type") or "?", name, where)
 
 
 def selects(template_spec, node):

@@ -290,8 +290,9 @@ def _daemonset(name, selector, status):
 
 CHURNING = _daemonset("nvidia-driver-daemonset-6.17.0-1014-nvidia-ubuntu22.04",
                       {om.deploy_label("driver"): "true", om.NFD_KERNEL_LABEL: "6.17.0-1014-nvidia"}, {})
-SPARK = {"metadata": {"name": "gpu-spark-1", "labels": {om.deploy_label("driver"): "false",
-                                                         om.NFD_KERNEL_LABEL: "6.17.0-1014-nvidia"}}, "spec": {}}
+SPARK = {"metadata": {"name": "gpu-spark-1",
+                      "labels": {om.deploy_label("driver"): "false", om.NFD_KERNEL_LABEL: "6.17.0-1014-nvidia"}},
+         "spec": {}}
 
 
 def test_a_daemonset_the_operator_creates_and_deletes_for_ever_does_not_keep_the_lab_unsettled():
