@@ -156,7 +156,8 @@ def node_label_args(labels, what="rke2_node_labels"):
     if not isinstance(labels, dict):
         raise ValueError("%s must be a mapping of label key to value" % what)
     result = []
-    for key in sorted(labels):
+    # key=str: YAML reads an unquoted 1 as a number, and sorting a number with strings fails.
+    for key in sorted(labels, key=str):
         value = labels[key]
         if isinstance(value, bool) or value is None:
             raise ValueError("%s: value of %r must be a string (quote true/false/yes/no in YAML)" % (what, key))
@@ -176,7 +177,7 @@ def node_taint_args(taints, what="rke2_node_taints"):
         where = "%s[%d]" % (what, index)
         if not isinstance(taint, dict) or not taint.get("key"):
             raise ValueError("%s must be a mapping with key, optional value, and effect" % where)
-        unknown = sorted(set(taint) - set(("key", "value", "effect")))
+        unknown = sorted(str(field) for field in set(taint) - set(("key", "value", "effect")))
         if unknown:
             raise ValueError("%s: unknown field %s (key, value, effect)" % (where, ", ".join(unknown)))
         key, value, effect = str(taint["key"]), str(taint.get("value") or ""), taint.get("effect")
@@ -190,6 +191,8 @@ def node_taint_args(taints, what="rke2_node_taints"):
 
 def cni_value(cni, what="rke2_cni"):
     """A CNI name or a list starting with multus -> what config.yaml's ``cni`` takes."""
+    if cni is not None and not isinstance(cni, (str, list)):
+        raise ValueError("%s must be a CNI name or a list [multus, <cni>], got %r" % (what, cni))
     names = [cni] if isinstance(cni, str) else list(cni or [])
     if not names:
         raise ValueError("%s must name a CNI (one of %s, optionally after multus)" % (what, ", ".join(CNIS)))

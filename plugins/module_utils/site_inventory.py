@@ -85,7 +85,8 @@ class _Checker(object):
         if not isinstance(value, dict):
             self.fail(where, "must be a mapping")
             return {}
-        for key in sorted(set(value) - set(allowed)):
+        # key=str: YAML reads an unquoted 1 as a number, and sorting a number with strings fails.
+        for key in sorted(set(value) - set(allowed), key=str):
             self.fail("%s.%s" % (where, key) if where else key, "unknown key (allowed: %s)" % ", ".join(allowed))
         for key in required:
             if value.get(key) in (None, "", [], {}):
@@ -146,7 +147,12 @@ def _gpu_models(check, site):
         return {}
     for name, model in models.items():
         where = "gpu_models.%s" % name
+        if not isinstance(name, str):
+            check.fail(where, "a model name must be a string (quote it: nodes[].gpu.model names it)")
         model = check.mapping(model, where, _GPU_MODEL_KEYS, _GPU_MODEL_KEYS)
+        pci = model.get("pci_device_name")
+        if pci is not None and not isinstance(pci, str):
+            check.fail(where + ".pci_device_name", "must be a string, got %r" % (pci,))
         selector = model.get("pci_vendor_selector")
         if selector and not _PCI_SELECTOR_RE.match(str(selector)):
             check.fail(where + ".pci_vendor_selector", "%r is not VVVV:DDDD (for example 10DE:2236)" % selector)
@@ -167,12 +173,14 @@ def _gpu(check, gpu, where, models):
         check.fail(where + ".workload_config", "%r is not one of %s" % (config, ", ".join(om.WORKLOAD_CONFIGS)))
     model = gpu.get("model")
     if model is not None and models and model not in models:
-        check.fail(where + ".model", "%r is not one of gpu_models (%s)" % (model, ", ".join(sorted(models))))
+        check.fail(where + ".model", "%r is not one of gpu_models (%s)" % (model, ", ".join(sorted(map(str, models)))))
     count = gpu.get("count")
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
         check.fail(where + ".count", "must be a whole number of at least 1, got %r" % (count,))
     entry = (models or {}).get(model) if model else None
     pci = gpu.get("pci_device_name") or (entry.get("pci_device_name") if isinstance(entry, dict) else None)
+    if not isinstance(pci, str):
+        pci = None  # the model's is not a string: refused under gpu_models
     if config == om.VM_PASSTHROUGH:
         if not pci:
             check.fail(where + ".pci_device_name", "is required for vm-passthrough, here or in the model's gpu_models "
@@ -371,7 +379,8 @@ def render_problems(site):
         if declared == om.CONTAINER and driver and precompiled and not host.get("kernel") \
                 and not operator.get("driver_kernels"):
             problems.append("%s.kernel: %s runs a precompiled driver, whose image is tagged per kernel: give the "
-                            "host's kernel release as uname -r prints it" % (where, name))
+                            "host's kernel release as uname -r prints it, or the site's in gpu_operator.driver_kernels"
+                            % (where, name))
     if vgpu_hosts and not operator.get("vgpu_manager"):
         problems.append("gpu_operator.vgpu_manager: is required for the vm-vgpu hosts %s (repository, image, version "
                         "of the vGPU manager image the site builds and pushes to its mirror)" % ", ".join(vgpu_hosts))
@@ -405,7 +414,8 @@ def _host_vars(host, net, prefixlen, images=None):
     if host.get("backend"):
         host_vars["host_network_backend"] = host["backend"]
     if host.get("labels"):
-        host_vars["rke2_node_labels"] = dict((k, str(v)) for k, v in sorted(host["labels"].items()))
+        # str(k): YAML reads an unquoted 1 as a number (a valid label key all the same), which sorts with no string.
+        host_vars["rke2_node_labels"] = dict(sorted((str(k), str(v)) for k, v in host["labels"].items()))
     if host.get("taints"):
         host_vars["rke2_node_taints"] = host["taints"]
     return host_vars
