@@ -157,14 +157,59 @@ def _skip_reason(node, report, resource, config):
     return None
 
 
+def lost_nodes(remembered, selected, skipped, nodes, explicit):
+    """``{node: why}`` for the nodes of ``remembered`` (selected at some point of one wait)
+    that ``selected`` (this evaluation's selection) lacks.
+
+    A selection made again on every event forgets a node that drops out for a moment: a
+    GPU node deleted and re-created, or one whose NFD labels are pruned and written again,
+    would let the wait succeed on the others. A wait remembers what it selected and asks
+    this why each remembered node is not selected now."""
+    skip = dict((s["node"], s["reason"]) for s in skipped)
+    by_name = dict((_name(n), n) for n in nodes)
+    result = {}
+    for name in sorted(set(remembered) - set(selected)):
+        if name in skip:
+            why = "is left out now: %s" % skip[name]
+        elif name not in by_name:
+            # A label selector's watch reports a node whose labels stop matching as deleted.
+            why = ("is gone from the nodes the selection matches (deleted, or its labels changed)" if explicit
+                   else "is gone from the cluster")
+        elif not om.is_gpu_node(_meta(by_name[name]).get("labels")):
+            why = "is no longer a GPU node (no NFD PCI label of vendor 10de: NFD pruned its labels)"
+        else:
+            why = "is no longer selected"
+        result[name] = "selected earlier in this wait, %s" % why
+    return result
+
+
+def lost_text(lost):
+    """``node why; ...`` of ``lost_nodes`` for a message."""
+    return "; ".join("%s %s" % (name, why) for name, why in sorted(lost.items()))
+
+
+def named_left_out(names, nodes, skipped):
+    """``[{"node", "reason"}]`` for each node the user named that a selection left out:
+    the ``skipped`` entries of those nodes, and those not in ``nodes`` at all. A node named
+    on purpose and then passed over in silence (cordoned, NotReady, short of the resource)
+    makes a check pass that never looked at it."""
+    present = set(_name(n) for n in ko.read_all("Node", nodes, "nodes"))
+    wanted = set(names or ())
+    result = [dict(s) for s in skipped if s["node"] in wanted]
+    result += [{"node": name, "reason": "not in the cluster"} for name in sorted(wanted - present)]
+    return sorted(result, key=lambda s: s["node"])
+
+
 # ---------------------------------------------------------------- per-layer diagnosis
 
-def diagnose(nodes, pods, policy, node_names, resource=None, min_per_node=1, daemonsets=None):
+def diagnose(nodes, pods, policy, node_names, resource=None, min_per_node=1, daemonsets=None, rollouts=None):
     """Why each of ``node_names`` is not ready, in the ADR's layers, lowest first:
     ``{node: {"workload_config", "layer", "operand", "reason", "layer_failures"}}``.
 
     The operand layers come from ``node_check``; on top, a node whose kubelet is not
-    Ready, and one that advertises fewer than ``min_per_node`` of ``resource``."""
+    Ready, one that advertises fewer than ``min_per_node`` of ``resource``, and the
+    operands whose pod there is of an old template (``rollouts``: ``{node: [{"operand",
+    "reason"}]}``, as ``hold_outdated`` finds them)."""
     nodes = ko.read_all("Node", nodes, "nodes")
     by_name = dict((_name(n), n) for n in nodes)
     wanted = [by_name[n] for n in node_names if n in by_name]
@@ -181,6 +226,9 @@ def diagnose(nodes, pods, policy, node_names, resource=None, min_per_node=1, dae
         ready, why = node_ready(node)
         if not ready:
             failures.insert(0, {"layer": LAYER_NODE, "operand": None, "reason": why})
+        for stale in (rollouts or {}).get(name, ()):
+            failures.append({"layer": om.operand(stale["operand"]).layer, "operand": stale["operand"],
+                             "reason": stale["reason"]})
         config = report["workload_config"]
         # A pause or a vGPU config not applied yet explains a short count: it says so instead.
         held = report.get("paused_operands") or report.get("vgpu_config_state") in VGPU_NOT_DONE
@@ -192,6 +240,7 @@ def diagnose(nodes, pods, policy, node_names, resource=None, min_per_node=1, dae
                 failures.append({"layer": om.LAYER_ALLOCATABLE, "operand": om.RESOURCE_PLUGIN[config],
                                  "reason": "allocatable %s: %d (capacity %d), fewer than %d" % (
                                      resource, have, count(status.get("capacity"), resource), min_per_node)})
+        failures.sort(key=lambda f: _layer_rank(f["layer"]))
         first = failures[0] if failures else (_not_ready_without_failure(report) or {
             "layer": None, "operand": None,
             "reason": "no broken layer found (operands Running and Ready, %s advertised)" % (resource or "resources")})
@@ -285,15 +334,25 @@ def allocatable_condition(resource, names=None, explicit=False, min_per_node=1, 
     ``min_nodes`` of them (default: every selected node). Nodes that join during the
     wait are selected like the others.
 
+    A node selected at any point of the wait stays wanted (``lost_nodes``): one that is
+    gone or left out later keeps the wait from succeeding and is named in its message,
+    unless ``min_nodes`` allows fewer nodes.
+
     With a ClusterPolicy and the operand pods in the cache (the operator manages the
     nodes), a node whose driver or container-runtime layer is broken does not count,
     whatever it advertises; without them the count alone decides."""
+    # Every node selected so far in this wait: the condition is evaluated again on each
+    # event over the same watch cache, and a node that drops out for a moment is not done.
+    remembered = set()
 
     def condition(cache):
         nodes = objects(cache, "nodes")
         policy = policy_from_cache(cache, namespace)
         daemonsets = objects(cache, "daemonsets")
         selected, skipped, missing, reports = _select(nodes, resource, policy, names, explicit, daemonsets)
+        remembered.update(selected)
+        # A named node not in the cluster is wanted and reported as missing already.
+        lost = lost_nodes(remembered, selected + missing, skipped, nodes, explicit)
         by_name = dict((_name(n), n) for n in nodes)
         broken = {}
         if "pods" in cache and active_clusterpolicy(objects(cache, "clusterpolicies")) is not None:
@@ -323,15 +382,20 @@ def allocatable_condition(resource, names=None, explicit=False, min_per_node=1, 
                 waiting[name] = "allocatable %s: %d, wanted %d" % (resource, have, min_per_node)
         for name in missing:
             waiting[name] = "not in the cluster"
-        wanted = min_nodes if min_nodes is not None else len(selected) + len(missing)
-        if not selected and not missing and min_nodes is None:
+        waiting.update(lost)
+        wanted = min_nodes if min_nodes is not None else len(selected) + len(missing) + len(lost)
+        if not selected and not missing and not lost and min_nodes is None:
             done = allow_no_nodes
             message = "no node selected for %s" % resource
         else:
             done = len(ready) >= wanted
             message = "%d of %d wanted nodes have %d %s allocatable" % (len(ready), wanted, min_per_node, resource)
+        if lost:
+            message += "; %s" % lost_text(lost)
+        # A node it still waits for is not "left out".
+        skipped = [s for s in skipped if s["node"] not in lost]
         return done, {"nodes": per_node, "selected": selected, "ready": ready, "waiting": waiting,
-                      "skipped": skipped, "wanted": wanted, "message": message}
+                      "skipped": skipped, "lost": lost, "wanted": wanted, "message": message}
 
     return condition
 
@@ -395,6 +459,182 @@ def clusterpolicy_ready(clusterpolicy, require_reconciled):
         ": " + ready["message"] if ready.get("message") else "")
 
 
+# ---------------------------------------------------------------- DaemonSet rollouts
+
+# Which template a DaemonSet's pod was made from, in the names the API server and the
+# DaemonSet controller use: the API server's DaemonSet strategy raises the template
+# generation on every change of spec.template (pkg/registry/apps/daemonset/strategy.go),
+# which apps/v1 shows as this annotation (pkg/apis/apps/v1/conversion.go); the controller
+# labels each pod it creates with that generation and with the hash of its
+# ControllerRevision (daemon/util CreatePodTemplate), and counts a pod updated when either
+# label matches (daemon/util/daemonset_util.go IsPodUpdated).
+TEMPLATE_GENERATION_ANNOTATION = "deprecated.daemonset.template.generation"
+POD_TEMPLATE_GENERATION_LABEL = "pod-template-generation"
+REVISION_HASH_LABEL = "controller-revision-hash"
+
+
+def daemonset_rollout_problem(daemonset, counts=True):
+    """Why a DaemonSet is not rolled out, or None. kubernetes.core's ``daemonset_ready``
+    (module_utils/k8s/waiter.py): its generation observed, and ``updatedNumberScheduled ==
+    desiredNumberScheduled == numberReady``. ``counts=False``: the generation alone."""
+    meta, status = _meta(daemonset), daemonset.get("status") or {}
+    if (status.get("observedGeneration") or 0) < (meta.get("generation") or 0):
+        return "generation %s not observed yet (observedGeneration %s)" % (
+            meta.get("generation"), status.get("observedGeneration"))
+    if not counts:
+        return None
+    desired = status.get("desiredNumberScheduled")
+    if desired is None:
+        return "no status yet"
+    # updatedNumberScheduled is omitted at 0 (omitempty).
+    updated, ready = status.get("updatedNumberScheduled") or 0, status.get("numberReady") or 0
+    if updated != desired or ready != desired:
+        return "%d of %d pods updated, %d ready" % (updated, desired, ready)
+    return None
+
+
+def _labels(obj):
+    return _meta(obj).get("labels") or {}
+
+
+def _owner_daemonset(pod):
+    for ref in _meta(pod).get("ownerReferences") or ():
+        if ref.get("kind") == "DaemonSet":
+            return ref
+    return None
+
+
+def _pod_daemonset(pod, by_operand):
+    """The name of the DaemonSet a pod belongs to: its owner, or, for a pod that carries
+    the DaemonSet controller's labels and no owner (an orphan, or a copy of a pod), its
+    operand's one DaemonSet; None when neither says."""
+    ref = _owner_daemonset(pod)
+    if ref is not None:
+        return ref.get("name")
+    labels = _labels(pod)
+    if POD_TEMPLATE_GENERATION_LABEL not in labels and REVISION_HASH_LABEL not in labels:
+        return None
+    operand_ = om.operand_of_pod(labels)
+    candidates = by_operand.get(operand_.name, ()) if operand_ else ()
+    return candidates[0] if len(candidates) == 1 else None
+
+
+def _current_hashes(daemonset, owned):
+    """The hashes of the DaemonSet's current ControllerRevision, as its pods show it: the
+    hash of a pod labelled with the current template generation is the current one. When
+    no pod is (a rollback to an earlier template reuses that template's revision, and its
+    old pods stay), the controller's own count decides: a DaemonSet rolled out at its
+    current generation (every pod updated by the controller's hash) vouches for the
+    hashes its pods carry."""
+    generation = _template_generation(daemonset)
+    hashes = set(_labels(p).get(REVISION_HASH_LABEL) for p in owned
+                 if _labels(p).get(POD_TEMPLATE_GENERATION_LABEL) == generation)
+    if not hashes and daemonset_rollout_problem(daemonset) is None:
+        hashes = set(_labels(p).get(REVISION_HASH_LABEL) for p in owned)
+    hashes.discard(None)
+    return hashes
+
+
+def _template_generation(daemonset):
+    return (_meta(daemonset).get("annotations") or {}).get(TEMPLATE_GENERATION_ANNOTATION)
+
+
+def daemonset_rollouts(daemonsets, pods, namespace):
+    """``(outdated, owned)``. ``outdated``: ``{pod name: {"daemonset", "reason"}}`` for the
+    pods in ``namespace`` that a DaemonSet owns and that are not of its current template
+    (IsPodUpdated's rule: label ``pod-template-generation`` equal to the DaemonSet's
+    template generation, or ``controller-revision-hash`` equal to the current revision's),
+    or whose DaemonSet is gone. ``owned``: ``{daemonset name: [its pods]}``. A DaemonSet
+    without the template generation annotation (not an apps/v1 answer) says nothing of
+    its pods: they are not judged."""
+    by_name = dict((_name(d), d) for d in daemonsets if _meta(d).get("namespace") == namespace)
+    by_operand = {}
+    for name in by_name:
+        operand_ = om.operand_for_daemonset(name)
+        if operand_ is not None:
+            by_operand.setdefault(operand_.name, []).append(name)
+    owned = {}
+    for pod in pods:
+        if _meta(pod).get("namespace") == namespace:
+            name = _pod_daemonset(pod, by_operand)
+            if name is not None:
+                owned.setdefault(name, []).append(pod)
+    outdated = {}
+    for name, its_pods in owned.items():
+        daemonset = by_name.get(name)
+        generation = _template_generation(daemonset) if daemonset else None
+        if daemonset is not None and generation is None:
+            continue
+        uid = _meta(daemonset).get("uid")
+        hashes = _current_hashes(daemonset, its_pods) if daemonset else set()
+        for pod in its_pods:
+            labels = _labels(pod)
+            ref_uid = (_owner_daemonset(pod) or {}).get("uid")
+            if daemonset is None:
+                reason = "its DaemonSet %s is gone" % name
+            elif uid and ref_uid and uid != ref_uid:
+                reason = "it belongs to an earlier DaemonSet of that name (uid %s)" % ref_uid
+            elif labels.get(POD_TEMPLATE_GENERATION_LABEL) == generation or labels.get(REVISION_HASH_LABEL) in hashes:
+                continue
+            else:
+                reason = "it is of an old template (%s %s, the DaemonSet's is %s), not updated yet" % (
+                    POD_TEMPLATE_GENERATION_LABEL, labels.get(POD_TEMPLATE_GENERATION_LABEL), generation)
+            outdated[_name(pod)] = {"daemonset": name, "reason": "DaemonSet %s mid-rollout: pod %s: %s" % (
+                name, _name(pod), reason)}
+    return outdated, owned
+
+
+def unsettled_daemonsets(daemonsets, owned, namespace, counts=True):
+    """``{daemonset: why}`` for the operand DaemonSets in ``namespace`` that are not
+    rolled out (``daemonset_rollout_problem``). A DaemonSet that wants no pod and has none
+    holds nothing up: the operator creates and deletes such a precompiled driver DaemonSet
+    on every pass (operand_model.precompiled_driver_groups), and a node's own chain
+    already waits for an operand whose DaemonSet has not placed its pod yet."""
+    result = {}
+    for daemonset in daemonsets:
+        name = _name(daemonset)
+        if _meta(daemonset).get("namespace") != namespace or om.operand_for_daemonset(name) is None:
+            continue
+        if not owned.get(name) and not (daemonset.get("status") or {}).get("desiredNumberScheduled"):
+            continue
+        problem = daemonset_rollout_problem(daemonset, counts)
+        if problem:
+            result[name] = problem
+    return result
+
+
+def _layer_rank(layer):
+    if layer == LAYER_NODE:
+        return -1
+    return om.LAYERS.index(layer) if layer in om.LAYERS else len(om.LAYERS)
+
+
+def hold_outdated(per_node, pods, namespace, outdated):
+    """Take out of each node's ``ready_operands`` an operand whose Running pods there are
+    all outdated (``daemonset_rollouts``): the old pod of a DaemonSet mid-rollout is not
+    what was asked for. Such a node is not ready; its ``rollout`` lists each such
+    operand's DaemonSet and pod, and where it is stuck is the lower of that and what it
+    was stuck at before."""
+    if not outdated:
+        return
+    index = node_check.index_operand_pods(pods, namespace)
+    for name, info in per_node.items():
+        stale = []
+        for operand_name in info["ready_operands"]:
+            running = [p for p in index.get(name, {}).get(operand_name, ()) if node_check.is_running(p)]
+            if running and all(_name(p) in outdated for p in running):
+                stale.append(dict(outdated[_name(running[0])], operand=operand_name, pod=_name(running[0])))
+        if not stale:
+            continue
+        info["rollout"] = stale
+        info["ready_operands"] = [o for o in info["ready_operands"] if o not in set(s["operand"] for s in stale)]
+        first = stale[0]
+        layer = om.operand(first["operand"]).layer
+        if info["ready"] or _layer_rank(layer) < _layer_rank(info["layer"]):
+            info.update(stuck_at=first["operand"], layer=layer, reason=first["reason"])
+        info["ready"] = False
+
+
 def _operator_pod_reasons(pods, namespace):
     key, value = om.OPERATOR_POD_SELECTOR
     return dict((_name(p), node_check.pod_status_reason(p)) for p in pods
@@ -443,17 +683,33 @@ def operand_nodes(nodes, pods, policy, names=None, explicit=False, daemonsets=No
     return result, skipped
 
 
+def _not_there(reason):
+    """A wanted node's entry in the operands step when the node is not there to look at."""
+    return {"workload_config": None, "chain": [], "ready_operands": [], "ready": False,
+            "stuck_at": None, "layer": LAYER_NODE, "reason": reason}
+
+
 def operand_readiness_condition(namespace, require_reconciled=False, names=None, explicit=False, allow_no_nodes=False):
     """The fixed order: operator Deployment available, ClusterPolicy present (Ready and
     Reconciled when required), then every selected node's operand chain Running and
-    Ready. Later steps are evaluated only when the earlier ones hold."""
+    Ready. Later steps are evaluated only when the earlier ones hold.
+
+    The operands step holds only on the current pods of each operand DaemonSet: a pod of
+    an old template (``daemonset_rollouts``) does not count on its node, and with the
+    default selection every operand DaemonSet must be rolled out (kubernetes.core's rule,
+    ``daemonset_rollout_problem``); with an explicit selection its generation observed,
+    since its counts take in nodes outside the selection. A node selected at any point of
+    the wait stays wanted (``lost_nodes``)."""
+    # Every node selected so far in this wait (see allocatable_condition).
+    remembered = set()
 
     def condition(cache):
         pods = objects(cache, "pods")
         deployments = objects(cache, "deployments")
         steps = dict((s, {"done": False, "message": "waiting for %s" % STEPS[i - 1] if i else None})
                      for i, s in enumerate(STEPS))
-        detail = {"step": STEP_OPERATOR, "steps": steps, "nodes": {}, "skipped": [], "operator_pods": {}}
+        detail = {"step": STEP_OPERATOR, "steps": steps, "nodes": {}, "skipped": [], "operator_pods": {}, "lost": {},
+                  "daemonsets": {}}
 
         ok, message = deployment_available(deployments[0] if deployments else None)
         steps[STEP_OPERATOR] = {"done": ok, "message": "Deployment %s/%s: %s" % (namespace, om.OPERATOR_DEPLOYMENT, message)}
@@ -470,20 +726,30 @@ def operand_readiness_condition(namespace, require_reconciled=False, names=None,
 
         detail["step"] = STEP_OPERANDS
         policy = node_check.policy_from_inputs(clusterpolicies, {"namespace": namespace})
-        per_node, skipped = operand_nodes(objects(cache, "nodes"), pods, policy, names, explicit,
-                                          objects(cache, "daemonsets"))
+        nodes, daemonsets = objects(cache, "nodes"), objects(cache, "daemonsets")
+        per_node, skipped = operand_nodes(nodes, pods, policy, names, explicit, daemonsets)
+        outdated, owned = daemonset_rollouts(daemonsets, pods, namespace)
+        hold_outdated(per_node, pods, namespace, outdated)
+        remembered.update(per_node)
+        lost = lost_nodes(remembered, per_node, skipped, nodes, explicit)
+        for name, why in lost.items():
+            per_node[name] = _not_there(why)
         if explicit and names:
             for name in sorted(set(names) - set(per_node)):
-                per_node[name] = {"workload_config": None, "chain": [], "ready_operands": [], "ready": False,
-                                  "stuck_at": None, "layer": LAYER_NODE, "reason": "the node is not in the cluster"}
-        detail["nodes"], detail["skipped"] = per_node, skipped
+                per_node[name] = _not_there("the node is not in the cluster")
+        unsettled = unsettled_daemonsets(daemonsets, owned, namespace, counts=not explicit)
+        # A node it still waits for is not "left out".
+        skipped = [s for s in skipped if s["node"] not in lost]
+        detail.update(nodes=per_node, skipped=skipped, lost=lost, daemonsets=unsettled)
         waiting = sorted(n for n, info in per_node.items() if not info["ready"])
         if not per_node:
             ok = allow_no_nodes
             message = "no GPU node selected"
         else:
-            ok = not waiting
+            ok = not waiting and not unsettled
             message = "%d of %d nodes run their operand chain" % (len(per_node) - len(waiting), len(per_node))
+        if unsettled:
+            message += "; DaemonSets not rolled out: %s" % "; ".join("%s: %s" % kv for kv in sorted(unsettled.items()))
         steps[STEP_OPERANDS] = {"done": ok, "message": message}
         if ok:
             detail["step"] = None

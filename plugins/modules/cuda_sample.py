@@ -68,7 +68,9 @@ options:
     default: false
   nodes:
     description:
-      - With O(per_node), only these nodes; each must advertise O(resource).
+      - With O(per_node), only these nodes. Each must be Ready, schedulable (not cordoned) and advertise O(count) of
+        O(resource); the module fails naming each that is not, and why (or that it is not in the cluster), before it
+        creates a pod.
     type: list
     elements: str
   tolerations:
@@ -491,6 +493,15 @@ def run(api, params, check_mode, warn):
     run_id = uuid.uuid4().hex[:12]
     planned, skipped, nodes = plan(api, params, run_id)
     report = dict(changed=False, pods=[], skipped_nodes=skipped, api_requests={"list": 0, "watch": 0, "total": 0})
+    if params["per_node"] and params["nodes"]:
+        # A node named on purpose and passed over in silence makes the check pass without it.
+        left_out = readiness.named_left_out(params["nodes"], nodes, skipped)
+        if left_out:
+            return ("nodes: no sample can run on %s: each named node must be Ready, schedulable (not cordoned) and "
+                    "advertise %d %s; mend it or leave it out of nodes" % (
+                        ", ".join("%s (%s)" % (s["node"], s["reason"]) for s in left_out), params["count"],
+                        params["resource"]),
+                    dict(report, skipped_nodes=left_out, elapsed=k8s_wait.elapsed(api)))
     if not planned:
         diagnosis = gpu_diagnosis(api, nodes, params["resource"], params["nodes"])
         msg = "no Ready node advertises %d %s allocatable" % (params["count"], params["resource"])

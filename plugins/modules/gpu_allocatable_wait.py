@@ -20,6 +20,9 @@ description:
     collection's operand model); GPU nodes left out (another workload config, the plugin switched off, a taint the
     operand DaemonSets do not tolerate, another MIG or vGPU profile) are returned in RV(skipped_nodes).
   - A node that joins during the wait is selected like the others.
+  - A node selected at any point of the wait stays wanted. A GPU node deleted (and perhaps re-created), one whose NFD
+    labels are pruned for a moment, or one no longer matching O(label_selector), keeps the wait going unless
+    O(min_nodes) allows fewer nodes, and the message and RV(lost_nodes) name it with what became of it.
   - A node whose operands are paused (C(paused-for-driver-upgrade), C(paused-for-mig-change),
     C(paused-for-vgpu-change) deploy labels) is selected and does not count while paused, whatever it still
     advertises; nor does a vm-vgpu node whose C(nvidia.com/vgpu.config.state) is C(pending) or C(failed).
@@ -58,7 +61,8 @@ options:
     default: 1
   min_nodes:
     description:
-      - How many selected nodes must be ready; by default all of them.
+      - How many selected nodes must be ready; by default all of them, including every node selected earlier in the
+        wait that is gone or left out now (RV(lost_nodes)).
     type: int
   allow_no_nodes:
     description:
@@ -131,6 +135,12 @@ skipped_nodes:
   type: list
   elements: dict
   sample: [{"node": "gpu-tainted-1", "reason": "taint dedicated=training:NoSchedule is not tolerated by the operand DaemonSets"}]
+lost_nodes:
+  description: Nodes selected earlier in the wait that are gone or left out now, with what became of them. Without
+    O(min_nodes) the wait does not succeed while there is one.
+  returned: always
+  type: dict
+  sample: {"gpu-container-2": "selected earlier in this wait, is gone from the cluster"}
 diagnosis:
   description:
     - At a timeout, for each selected node that is not ready, its lowest broken layer, the operand and the reason,
@@ -213,7 +223,9 @@ def timeout_diagnosis(api, result, params):
         pods = k8s_wait.objects(result.cache, "pods")
     else:
         pods, _version = api.list(k8s_wait.operand_pods(policy["namespace"]), k8s_wait.LIST_READ_TIMEOUT)
-    return readiness.diagnose(k8s_wait.objects(result.cache, "nodes"), pods, policy, sorted(detail["waiting"]),
+    # A lost node's message already says what became of it; node_check has nothing to add.
+    waiting = sorted(n for n in detail["waiting"] if n not in detail["lost"])
+    return readiness.diagnose(k8s_wait.objects(result.cache, "nodes"), pods, policy, waiting,
                               params["resource"], params["min_per_node"], k8s_wait.objects(result.cache, "daemonsets"))
 
 
@@ -235,7 +247,7 @@ def main():
                                        "waiting for allocatable %s" % params["resource"])
     detail = result.detail
     report = dict(changed=False, nodes=detail["nodes"], ready_nodes=detail["ready"], skipped_nodes=detail["skipped"],
-                  elapsed=result.elapsed, api_requests=result.api_requests)
+                  lost_nodes=detail["lost"], elapsed=result.elapsed, api_requests=result.api_requests)
     if detail["skipped"]:
         for skipped in detail["skipped"]:
             module.warn("GPU node %s is not waited for: %s" % (skipped["node"], skipped["reason"]))

@@ -20,6 +20,18 @@ description:
     operand its workload config runs there is Running and Ready, in the node's chain order (container nodes
     driver, container-toolkit, operator-validator, device-plugin, gpu-feature-discovery, dcgm-exporter and so on;
     vm-passthrough and vm-vgpu nodes their own chains).
+  - An operand counts on a node only with a pod of its DaemonSet's current template there. A pod is current as the
+    DaemonSet controller decides it (its C(pod-template-generation) label equal to the DaemonSet's
+    C(deprecated.daemonset.template.generation) annotation, or its C(controller-revision-hash) that of the current
+    revision); the old pod of a DaemonSet mid-rollout, or one whose DaemonSet is gone, does not count, whatever its
+    state. With the default selection every operand DaemonSet must also be rolled out as kubernetes.core's
+    C(daemonset_ready) decides (C(observedGeneration) equal to C(generation), C(updatedNumberScheduled) equal to
+    C(desiredNumberScheduled) and to C(numberReady)); with O(names) or O(label_selector) its generation must be
+    observed (its counts take in nodes outside the selection). A DaemonSet that wants no pod and has none holds
+    nothing up. This holds with and without O(require_reconciled).
+  - A node selected at any point of the wait stays wanted. A GPU node deleted (and perhaps re-created), or one whose
+    NFD labels are pruned for a moment, keeps the wait going, and at the deadline it is named with what became of it
+    (RV(lost_nodes)).
   - Which operands a node runs follows the collection's operand model, honouring operands switched off by their
     deploy label, operands disabled in the ClusterPolicy and a pre-installed driver or container runtime.
     Operands paused by a driver upgrade, a MIG or a vGPU change (C(paused-for-*) deploy labels) are waited for,
@@ -118,7 +130,8 @@ step:
   sample: operands
 nodes:
   description: Each selected node's operand chain, the operands Running and Ready, where it is stuck and why, and
-    when it was first seen ready.
+    when it was first seen ready. A node held up by a DaemonSet mid-rollout also has C(rollout), each operand whose
+    only Running pod there is of an old template (C(operand), C(daemonset), C(pod), C(reason)).
   returned: always
   type: dict
   sample: {"gpu-container-2": {"workload_config": "container", "chain": ["driver", "container-toolkit"],
@@ -129,6 +142,18 @@ skipped_nodes:
   returned: always
   type: list
   elements: dict
+lost_nodes:
+  description: Nodes selected earlier in the wait that are gone or left out now, with what became of them. The wait
+    does not succeed while there is one.
+  returned: always
+  type: dict
+  sample: {"gpu-container-2": "selected earlier in this wait, is gone from the cluster"}
+daemonsets:
+  description: The operand DaemonSets not rolled out yet, with what is missing (a generation not observed, pods not
+    updated or not ready). The operands step does not hold while there is one.
+  returned: always
+  type: dict
+  sample: {"nvidia-device-plugin-daemonset": "1 of 2 pods updated, 2 ready"}
 operator_pods:
   description: While the operator is not available, the reason of each of its pods that is not Running and Ready.
   returned: always
@@ -202,7 +227,8 @@ def report(result, times):
         steps.append(step)
     nodes = dict((name, dict(info, ready_after=times.node_done.get(name))) for name, info in detail["nodes"].items())
     return dict(changed=False, steps=steps, step=detail["step"], nodes=nodes, skipped_nodes=detail["skipped"],
-                operator_pods=detail["operator_pods"], elapsed=result.elapsed, api_requests=result.api_requests)
+                lost_nodes=detail["lost"], daemonsets=detail["daemonsets"], operator_pods=detail["operator_pods"],
+                elapsed=result.elapsed, api_requests=result.api_requests)
 
 
 def timeout_message(result, timeout):
@@ -248,12 +274,15 @@ def main():
         module.exit_json(**result_report)
     msg = timeout_message(result, params["timeout"])
     if result.detail["step"] == readiness.STEP_OPERANDS:
-        stuck = sorted(n for n, info in result.detail["nodes"].items() if not info["ready"])
+        nodes = result.detail["nodes"]
+        # A lost node's entry already says what became of it; node_check has nothing to add.
+        stuck = sorted(n for n, info in nodes.items() if not info["ready"] and n not in result.detail["lost"])
         clusterpolicies = k8s_wait.objects(result.cache, "clusterpolicies")
         policy = node_check.policy_from_inputs(clusterpolicies, {"namespace": params["namespace"]})
         result_report["diagnosis"] = readiness.diagnose(
             k8s_wait.objects(result.cache, "nodes"), k8s_wait.objects(result.cache, "pods"), policy, stuck,
-            daemonsets=k8s_wait.objects(result.cache, "daemonsets"))
+            daemonsets=k8s_wait.objects(result.cache, "daemonsets"),
+            rollouts=dict((n, info["rollout"]) for n, info in nodes.items() if info.get("rollout")))
     module.fail_json(msg=msg, **result_report)
 
 
