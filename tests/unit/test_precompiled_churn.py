@@ -3,19 +3,13 @@ precompiled driver DaemonSet for every GPU node's kernel and deletes the one tha
 pod on its next pass, so a kernel that only such nodes run keeps it reconciling for ever
 (operand_model.precompiled_driver_groups). The model says which DaemonSets churn, and the
 gpu_operator_chart module warns before the chart is delivered."""
-import json
-import os
 
-import pytest
 from ansible.module_utils.common import warnings as module_warnings
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operator_values as ov
-from ansible_collections.gpuplatform.rke2.plugins.modules import gpu_operator_chart
-from tests.conftest import ROOT
+from tests.unit.test_gpu_operator_chart import run as run_chart_module
 
-REFERENCE_VALUES = os.path.join(ROOT, "roles", "gpu_operator", "files", "gpu-operator-v26.3.2-values.yaml")
 GENERIC, SPARK = "5.15.0-122-generic", "6.17.0-1014-nvidia"
 # The lab fleet's GPU nodes as the role hands them to the module (inventories/lab/hosts.yml).
 FLEET = [
@@ -87,12 +81,7 @@ def test_an_unknown_kernel_is_said_and_site_wide_kernels_may_cover_a_driver_node
 def _module(capsys, monkeypatch, **args):
     # A module's warnings are process-wide in ansible-core: each run here starts with none.
     monkeypatch.setattr(module_warnings, "_global_warnings", {})
-    args.setdefault("chart_values_reference", REFERENCE_VALUES)
-    args.setdefault("driver_os_tags", ["ubuntu22.04"])
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as exc:
-            gpu_operator_chart.main()
-    return exc.value.code, json.loads(capsys.readouterr().out)
+    return run_chart_module(capsys, **args)
 
 
 def test_the_module_warns_and_still_renders(capsys, monkeypatch):
