@@ -17,13 +17,19 @@ long it lasts and returns as soon as the condition holds:
 - a watch that brings no byte for ``WATCH_IDLE_TIMEOUT`` is dead (a half-open connection:
   the API server's host lost, a load balancer or NAT that dropped the flow): the server
   sends a bookmark on every watch about once a minute, so silence past that marks the kind
-  stale and it is re-listed. Each watch is renewed after 5 to 10 minutes, as client-go's
-  reflector does;
+  stale and it is re-listed. So is one that brings bytes but no complete event other than
+  a bookmark for as long (frozen: alive and saying nothing). Each watch is renewed after
+  5 to 10 minutes, as client-go's reflector does;
 - a success seen on watched data is confirmed by one fresh, consistent list of every kind
   before it is returned: a watch can be silently behind, a list cannot;
 - one deadline: every request's timeouts (watch ``timeoutSeconds``, connect and read)
   derive from the time left, urllib3 retries nothing, the calls a module makes after the
-  wait share the deadline (plus ``AFTER_DEADLINE_GRACE``), and ``elapsed`` is measured;
+  wait share the deadline (plus ``AFTER_DEADLINE_GRACE``), and ``elapsed`` is measured.
+  Every response, its body and an error body included, is cut at its end however slowly it
+  comes (``READ_GRACE`` past the wait's deadline). A failing wait lists every kind once more
+  before it reports, so its message never describes what a frozen watch left;
+- a 429 or 5xx with ``Retry-After`` holds the next request that long, within the deadline; a
+  list answered in pages (``metadata.continue``) is followed to its last page;
 - TLS verification and authentication failures end the wait at once with their own
   message: retrying does not mend a wrong CA or an expired certificate.
 
@@ -68,6 +74,11 @@ WATCH_RENEW_MIN = 300.0
 # Calls a module makes after its wait (diagnosis, logs, deleting its pods) share the wait's
 # deadline and may overrun it by this much in all, no more.
 AFTER_DEADLINE_GRACE = 1.5
+# Every read of a wait (a list with all its pages, a watch, an error body) ends by the wait's
+# deadline plus this: the connection is shut down there, wherever the read is. It is also what
+# a failing wait's last look takes (one fresh list of every kind, made at the deadline), so
+# it stays under AFTER_DEADLINE_GRACE, which the module's calls after the wait share.
+READ_GRACE = 1.0
 # Stopping the feeders: their streams are shut down, so they end at once; one blocked in
 # a list is a daemon thread and is not waited for longer than this, all together.
 STOP_GRACE = 0.2
@@ -110,13 +121,33 @@ def by_name(key, api_version, plural, name, namespace=None, optional=False):
 class ApiError(Exception):
     """An API request failed: ``status`` is the HTTP status, 0 when no response came
     (connection refused or reset, timeout, truncated stream). ``fatal``: retrying cannot
-    mend it although no status came (TLS verification or a refused client certificate)."""
+    mend it although no status came (TLS verification or a refused client certificate).
+    ``retry_after``: seconds the server asked the client to wait before the next request
+    (``Retry-After`` on a 429 or 5xx), or None."""
 
-    def __init__(self, status, message, fatal=False):
+    def __init__(self, status, message, fatal=False, retry_after=None):
         super(ApiError, self).__init__("%s%s" % ("HTTP %s: " % status if status else "", message))
         self.status = status
         self.message = message
         self.fatal = fatal
+        self.retry_after = retry_after
+
+
+def retry_after_seconds(status, header, details=None):
+    """The seconds a ``status`` answer asks the client to wait, or None: the
+    ``Retry-After`` header, else the Status body's ``details.retryAfterSeconds``. As
+    client-go reads it (rest/request.go ``checkWait``): only on a 429 or a 5xx, and only
+    as whole seconds; anything else (an HTTP date, a negative or garbled value) is no
+    request to wait."""
+    if not isinstance(status, int) or not (status == 429 or 500 <= status <= 599):
+        return None
+    for value in (header, (details or {}).get("retryAfterSeconds") if isinstance(details, dict) else None):
+        if isinstance(value, bool) or value is None:
+            continue
+        text = str(value).strip()
+        if text.isdigit():
+            return float(int(text))
+    return None
 
 
 class WaitFailed(Exception):
@@ -185,8 +216,8 @@ class Clock(object):
 
 
 WaitResult = namedtuple("WaitResult", [
-    "done",  # the condition held (on fresh data) before the deadline
-    "detail",  # the condition's last detail; at a timeout, evaluated on the last cache
+    "done",  # the condition held (on fresh data) before the deadline, or on the last look's lists
+    "detail",  # the condition's last detail; at a timeout, evaluated on the last look's lists
     "elapsed",  # seconds from the start of the wait to its end
     "api_requests",  # {"list": n, "watch": n, "total": n}
     "reconnects",  # connection errors and server errors ridden through
@@ -243,6 +274,9 @@ class Waiter(object):
         # and answers 404 now is not gone but not loaded yet (a restarted API server
         # serves a CRD's kind only once it has read the CRD again): stale, not "none".
         self._served = set()
+        # No request before this clock time: the server answered a 429 or 5xx with
+        # Retry-After (its API Priority and Fairness shedding load, a restarting server).
+        self._not_before = float("-inf")
 
     # ------------------------------------------------------------ requests
 
@@ -253,14 +287,49 @@ class Waiter(object):
     def _remaining(self):
         return self._deadline - self.clock.now()
 
-    def _list(self, res, relist=True, first=False):
-        remaining = self._remaining()
-        if remaining <= 0 and not first:
+    def _note(self, error):
+        """Remember a Retry-After the server sent with ``error``."""
+        if getattr(error, "retry_after", None) is not None:
+            with self._lock:
+                self._not_before = max(self._not_before, self.clock.now() + error.retry_after)
+
+    def _held(self):
+        """Seconds the server asked to be left alone from now (0 when it did not)."""
+        with self._lock:
+            return max(self._not_before - self.clock.now(), 0.0)
+
+    def _hold(self):
+        """Wait out a Retry-After before the next request, within the deadline: a
+        request sent sooner is one the server said it would refuse."""
+        held = min(self._held(), max(self._remaining(), 0.0))
+        if held > 0:
+            self.clock.sleep(held, self._stopping)
+
+    def _list(self, res, relist=True, first=False, last=False):
+        """One list of ``res``. ``first``: made whatever the time left, so a zero
+        timeout still checks once; ``last``: a failing wait's last look, made after the
+        deadline inside READ_GRACE and only if the server did not ask to be left alone
+        past that. Every other list ends by the deadline plus READ_GRACE."""
+        if last:
+            budget = self._remaining() + READ_GRACE
+            if self._held() >= budget:
+                raise ApiError(0, "not listed again: the server asked to wait %.0f s more (Retry-After)"
+                               % self._held())
+        else:
+            self._hold()
+            remaining = self._remaining()
+            if remaining <= 0 and not first:
+                raise ApiError(0, "the deadline passed")
+            budget = max(remaining, 1.0) if first else remaining + READ_GRACE
+        if budget <= 0:
             raise ApiError(0, "the deadline passed")
         self._count("list")
-        # The first lists are made whatever the time left, so a zero timeout still checks
-        # once; the module's deadline still bounds them (KubeApi).
-        result = self.api.list(res, min(LIST_READ_TIMEOUT, max(remaining, 1.0) if first else remaining))
+        # The module's deadline bounds every request as well (KubeApi).
+        try:
+            result = self.api.list(res, min(LIST_READ_TIMEOUT, budget))
+        except ApiError as exc:
+            self._note(exc)
+            raise
         with self._lock:
             self._served.add(res.key)
         if relist:
@@ -271,11 +340,16 @@ class Waiter(object):
         return result
 
     def _watch(self, res, resource_version):
+        self._hold()
         remaining = self._remaining()
         self._count("watch")
         renew = WATCH_RENEW_MIN * (1.0 + random.random())
         timeout_seconds = max(1, int(math.ceil(min(remaining, renew))))
-        return self.api.watch(res, resource_version, timeout_seconds, WATCH_IDLE_TIMEOUT)
+        try:
+            return self.api.watch(res, resource_version, timeout_seconds, WATCH_IDLE_TIMEOUT)
+        except ApiError as exc:
+            self._note(exc)
+            raise
 
     # ------------------------------------------------------------ feeders
 
@@ -397,12 +471,15 @@ class Waiter(object):
                 etype = event.get("type")
                 obj = event.get("object") or {}
                 if etype == "ERROR":
-                    raise ApiError(obj.get("code") or 0, obj.get("message") or obj.get("reason") or "watch error")
+                    code = obj.get("code") or 0
+                    raise ApiError(code, obj.get("message") or obj.get("reason") or "watch error",
+                                   retry_after=retry_after_seconds(code, None, obj.get("details")))
                 resource_version = _resource_version(obj) or resource_version
                 if etype in ("ADDED", "MODIFIED", "DELETED"):
                     events += 1
                     self._put(_EVENT, res.key, epoch, etype, obj)
         except ApiError as exc:
+            self._note(exc)
             error = exc
         finally:
             with self._lock:
@@ -501,7 +578,8 @@ class Waiter(object):
                 return self._result(True, detail, cache, synced)
 
         for res in self.resources if self._remaining() > 0 else ():
-            thread = threading.Thread(target=self._feed_or_fail, args=(res, versions[res.key]), name="k8s-wait:" + res.key)
+            thread = threading.Thread(target=self._feed_or_fail, args=(res, versions[res.key]),
+                                      name="k8s-wait:" + res.key)
             thread.daemon = True
             self._threads.append(thread)
             thread.start()
@@ -530,10 +608,34 @@ class Waiter(object):
                         done, detail = self._confirm(evaluate, cache, synced, detail)
         finally:
             self._stop()
+        if not done and self._threads:
+            done, detail = self._last_look(evaluate, cache, synced)
         if not done:
             # The detail of a timeout: the last state known, stale kinds named in the result.
             detail = condition(cache)[1]
         return self._result(done, detail, cache, synced)
+
+    def _last_look(self, evaluate, cache, synced):
+        """A wait that is failing lists every kind once more before it reports: a watch
+        that stayed open and brought nothing (bookmarks only, bytes that never made an
+        event) leaves a cache that looks current and is not. Each list ends by the deadline
+        plus READ_GRACE; a kind whose list fails, or is not sent because the server asked
+        to wait past that (Retry-After), is reported stale. The condition holding on every
+        fresh list is a success, found that late. (done, detail)."""
+        for res in self.resources:
+            try:
+                items, _version = self._list(res, relist=False, last=True)
+            except ApiError as exc:
+                if classify(exc) == NOT_FOUND and self._never_served(res):
+                    items = []
+                else:
+                    synced[res.key] = False
+                    continue
+            cache[res.key] = dict((object_key(o), o) for o in items)
+            synced[res.key] = True
+        if all(synced.values()):
+            return evaluate()
+        return False, None
 
     def _confirm(self, evaluate, cache, synced, detail):
         """A success seen on watched data, checked on one fresh list of every kind: a
@@ -640,12 +742,17 @@ def _api_error(exc):
     if isinstance(status, int):
         message = getattr(exc, "reason", None) or str(exc)
         body = getattr(exc, "body", None)
+        details = None
         if body:
             try:
-                message = json.loads(body).get("message") or message
+                decoded = json.loads(body)
+                message = decoded.get("message") or message
+                details = decoded.get("details")
             except (ValueError, TypeError, AttributeError):
                 pass
-        return ApiError(status, message)
+        headers = getattr(exc, "headers", None)
+        header = headers.get("Retry-After") if hasattr(headers, "get") else None
+        return ApiError(status, message, retry_after=retry_after_seconds(status, header, details))
     return ApiError(0, "%s: %s" % (type(exc).__name__, exc))
 
 
@@ -693,15 +800,163 @@ def _decode_hook(res):
     return with_pod_spec_read if res.read_spec else without_managed_fields
 
 
+# The request the current thread is making: its connection hands it its socket (_guard_pools).
+_ACTIVE = threading.local()
+_IDLE = "idle"
+_LATE = "late"
+
+
+def _shut(connection):
+    """Shut an HTTP connection's socket down: a read blocked on it returns at once. Below
+    TLS (socket.socket.shutdown): ssl.SSLSocket.shutdown would drop its SSL object under
+    the reading thread."""
+    sock = getattr(connection, "sock", None)
+    if sock is None:
+        return
+    try:
+        if isinstance(sock, socket.socket):
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        else:
+            sock.shutdown(socket.SHUT_RDWR)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+class _Cutoff(object):
+    """Ends one request at a moment of the clock wherever its reading is: the response's
+    headers, its body, or an error body, which the kubernetes client reads on its own, with
+    no deadline, before it raises. Socket timeouts bound each wait for a byte, not a body
+    trickled a byte at a time (a list took 27.6 s so for a 4 s timeout); shutting the
+    connection down ends any read. A timer thread, not a poll.
+
+    ``until``: the clock time the request ends by. ``idle`` (a watch): the longest time
+    without a complete event other than a bookmark; ``touch`` restarts it."""
+
+    def __init__(self, clock, until, idle=None):
+        self._clock = clock
+        self.until = until
+        self.idle = idle
+        self.started = clock.now()
+        self.at = until if idle is None else min(until, self.started + idle)
+        self.reason = None  # _LATE or _IDLE once it ended the request
+        self._lock = threading.Lock()
+        self._connections = []
+        self._done = False
+        self._timer = None
+        with self._lock:
+            self._arm()
+
+    def _arm(self):
+        # Called with the lock held.
+        self._timer = threading.Timer(max(self.at - self._clock.now(), 0.0), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def touch(self):
+        """A complete event came: a watch's idle time counts from now."""
+        if self.idle is not None:
+            self.at = min(self.until, self._clock.now() + self.idle)
+
+    def attach(self, connection):
+        """The connection the request reads from (its socket exists once it is sent)."""
+        with self._lock:
+            if self._done:
+                return
+            self._connections.append(connection)
+            if self.reason is not None:
+                _shut(connection)
+
+    def _fire(self):
+        with self._lock:
+            if self._done:
+                return
+            if self.at > self._clock.now():
+                self._arm()  # touched since armed
+                return
+            self.reason = _LATE if self.at >= self.until else _IDLE
+            for connection in self._connections:
+                _shut(connection)
+
+    def finish(self):
+        """The request is over: nothing is shut down after this (its connection may be
+        back in the pool, serving another request)."""
+        with self._lock:
+            self._done = True
+            self._connections = []
+            timer = self._timer
+        timer.cancel()
+
+    def error(self):
+        """The ApiError of a request this cutoff ended."""
+        if self.reason == _IDLE:
+            return ApiError(0, "the watch brought no event for %.0f s (bookmarks or incomplete data only): taken "
+                               "as stalled" % self.idle)
+        return ApiError(0, "the response was not read by its deadline, %.1f s after it was sent: the connection "
+                           "was shut" % (self.until - self.started))
+
+
+def _guarded_connection_class(connection_class):
+    """``connection_class`` handing its socket to the cutoff of the request its thread makes."""
+
+    class Guarded(connection_class):
+        def getresponse(self, *args, **kwargs):
+            cutoff = getattr(_ACTIVE, "cutoff", None)
+            if cutoff is not None:
+                cutoff.attach(self)
+            return super(Guarded, self).getresponse(*args, **kwargs)
+
+    Guarded.__name__ = "Guarded" + connection_class.__name__
+    return Guarded
+
+
+def _guard_pools(pool_manager):
+    """Make every connection ``pool_manager`` opens attach to its request's cutoff, through
+    ``_new_pool``, which urllib3 documents as the hook for customizing pools (any manager:
+    direct, proxy, SOCKS)."""
+    if getattr(pool_manager, "_cutoff_guarded", False):
+        return
+    new_pool = pool_manager._new_pool  # pylint: disable=protected-access
+
+    def guarded_new_pool(*args, **kwargs):
+        pool = new_pool(*args, **kwargs)
+        pool.ConnectionCls = _guarded_connection_class(pool.ConnectionCls)
+        return pool
+
+    pool_manager._new_pool = guarded_new_pool  # pylint: disable=protected-access
+    pool_manager._cutoff_guarded = True  # pylint: disable=protected-access
+    pool_manager.clear()
+
+
+def list_page(body, plural, tokens):
+    """(items, resourceVersion, continue token or None) of one page of a list answer.
+    ``tokens``: the continue tokens this list followed already; one answered again would
+    page forever and is refused."""
+    if not isinstance(body, dict):
+        raise ApiError(0, "undecodable list of %s: not an object" % plural)
+    meta = body.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    items = body.get("items") or []
+    if not isinstance(items, list):
+        raise ApiError(0, "undecodable list of %s: items is not a list" % plural)
+    token = meta.get("continue") or None
+    if token is not None and token in tokens:
+        raise ApiError(0, "the list of %s does not end: the server answered metadata.continue %r twice"
+                       % (plural, token), fatal=True)
+    return items, meta.get("resourceVersion"), token
+
+
 class _WatchStream(object):
     """The events of one watch response, JSON-decoded from its lines (camelCase keys, no
-    model objects); ``object_hook`` as json.loads takes it."""
+    model objects); ``object_hook`` as json.loads takes it. ``cutoff`` ends the watch at
+    its end (quietly, as the server would have) or when no complete event but bookmarks
+    came for its idle time (an ApiError: the watch is alive and frozen)."""
 
-    def __init__(self, response, errors, object_hook=None):
+    def __init__(self, response, errors, object_hook=None, cutoff=None):
         self._response = response
         self._errors = errors
         self._closed = False
         self._object_hook = object_hook
+        self._cutoff = cutoff
 
     def _chunks(self):
         """The body as it arrives. A chunked body (what kube-apiserver sends) comes chunk
@@ -716,6 +971,9 @@ class _WatchStream(object):
                 return
             yield chunk
 
+    def _cut(self):
+        return self._cutoff is not None and self._cutoff.reason is not None
+
     def __iter__(self):
         buffer = b""
         try:
@@ -724,18 +982,25 @@ class _WatchStream(object):
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
                     if line.strip():
-                        yield json.loads(line.decode("utf-8"), object_hook=self._object_hook)
+                        event = json.loads(line.decode("utf-8"), object_hook=self._object_hook)
+                        if self._cutoff is not None and (event or {}).get("type") != "BOOKMARK":
+                            self._cutoff.touch()
+                        yield event
         except self._errors as exc:
-            if not self._closed:
+            if not self._closed and not self._cut():
                 raise _api_error(exc) from exc
         except ValueError as exc:
-            if not self._closed:
+            if not self._closed and not self._cut():
                 raise ApiError(0, "undecodable watch event: %s" % exc) from exc
+        if not self._closed and self._cut() and self._cutoff.reason == _IDLE:
+            raise self._cutoff.error()
 
     def close(self):
         if self._closed:
             return
         self._closed = True
+        if self._cutoff is not None:
+            self._cutoff.finish()
         # Unblock a thread reading this response: closing alone waits for the read.
         shutdown = getattr(self._response, "shutdown", None)
         try:
@@ -786,59 +1051,64 @@ class KubeApi(object):
         # by it plus AFTER_DEADLINE_GRACE. None: no deadline beyond each call's own.
         self.deadline = None
         self.started = self.clock.now()
+        _guard_pools(api_client.rest_client.pool_manager)
 
-    def _timeouts(self, read_timeout):
-        """(connect, read) timeouts: the call's own, cut to the time left."""
+    def _until(self, seconds):
+        """The clock time a request of at most ``seconds`` ends by: within the module's
+        deadline plus AFTER_DEADLINE_GRACE. Refuses to send once no time is left."""
+        now = self.clock.now()
+        until = now + seconds
         if self.deadline is not None:
-            left = self.deadline + AFTER_DEADLINE_GRACE - self.clock.now()
-            if left <= 0:
-                raise ApiError(0, "not sent: the deadline passed")
-            read_timeout = min(read_timeout, left)
-        return (min(CONNECT_TIMEOUT, read_timeout), read_timeout)
+            until = min(until, self.deadline + AFTER_DEADLINE_GRACE)
+        if until <= now:
+            raise ApiError(0, "not sent: the deadline passed")
+        return until
+
+    def _timeouts(self, until, read_timeout=None):
+        """(connect, read) timeouts of a request that ends by ``until``: urllib3's, for
+        each wait for a byte; the cutoff bounds the whole."""
+        left = max(until - self.clock.now(), 0.001)
+        return (min(CONNECT_TIMEOUT, left), min(read_timeout or left, left))
+
+    def _request(self, cutoff, function, *args, **kwargs):
+        """``function(*args, **kwargs)`` under ``cutoff``: its connection attaches to it, so
+        the headers and any error body the client reads end by it too."""
+        kwargs["_request_timeout"] = self._timeouts(cutoff.until, kwargs.pop("_read_timeout", None))
+        kwargs["_preload_content"] = False
+        _ACTIVE.cutoff = cutoff
+        try:
+            return function(*args, **kwargs)
+        except self._errors as exc:
+            raise (cutoff.error() if cutoff.reason else _api_error(exc)) from exc
+        finally:
+            _ACTIVE.cutoff = None
 
     def _call(self, function, *args, **kwargs):
         """The call's response, its body read (JSON-decoded unless ``_raw``) inside the
         error translation: a body that breaks in the middle is an ApiError like any
-        other broken connection, never a raw urllib3 error."""
+        other broken connection, never a raw urllib3 error. The whole call, error bodies
+        included, ends by ``_until`` (clock time), or ``_read_timeout`` seconds from now."""
         raw = kwargs.pop("_raw", False)
         object_hook = kwargs.pop("_object_hook", None)
-        read_timeout = kwargs.pop("_read_timeout", LIST_READ_TIMEOUT)
-        kwargs["_request_timeout"] = self._timeouts(read_timeout)
-        kwargs["_preload_content"] = False
+        until = kwargs.pop("_until", None)
+        if until is None:
+            until = self._until(kwargs.pop("_read_timeout", LIST_READ_TIMEOUT))
+        cutoff = _Cutoff(self.clock, until)
         try:
-            response = function(*args, **kwargs)
-            data = self._read(response)
-            response.release_conn()
-        except self._errors as exc:
-            raise _api_error(exc) from exc
+            response = self._request(cutoff, function, *args, **kwargs)
+            try:
+                data = response.read(decode_content=False)
+            except self._errors as exc:
+                raise (cutoff.error() if cutoff.reason else _api_error(exc)) from exc
+        finally:
+            cutoff.finish()
+        response.release_conn()
         if raw:
             return data
         try:
             return json.loads(data, object_hook=object_hook)
         except (ValueError, TypeError) as exc:
             raise ApiError(0, "undecodable response: %s" % exc) from exc
-
-    def _read(self, response):
-        """The whole body, by the deadline: the read timeout bounds each wait for bytes,
-        not a body that an overloaded API server sends slowly."""
-        chunks = []
-        while True:
-            if self.deadline is not None and self.clock.now() > self.deadline + AFTER_DEADLINE_GRACE:
-                response.close()
-                raise ApiError(0, "the deadline passed while the response was read")
-            chunk = response.read(65536, decode_content=False)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
-
-    def _open(self, function, *args, **kwargs):
-        """A streaming call's response, headers read, body not."""
-        read_timeout = kwargs.pop("_read_timeout")
-        kwargs["_request_timeout"] = self._timeouts(read_timeout)
-        try:
-            return function(*args, _preload_content=False, **kwargs)
-        except self._errors as exc:
-            raise _api_error(exc) from exc
 
     def _list_function(self, res):
         group, _sep, version = res.api_version.rpartition("/")
@@ -867,22 +1137,42 @@ class KubeApi(object):
         return kwargs
 
     def list(self, res, read_timeout):
+        """Every item of ``res`` and the list's resourceVersion, all within ``read_timeout``
+        seconds. A server (or a proxy) that pages its answer (``metadata.continue``) is
+        followed to the last page, as client-go's pager does: the pages are one snapshot,
+        the first page's resourceVersion is the list's, and an expired token is a 410 that
+        lists again from the start."""
+        until = self._until(read_timeout)
         function, args = self._list_function(res)
-        body = self._call(function, *args, _read_timeout=read_timeout, _object_hook=_decode_hook(res),
-                          **self._selectors(res))
-        if not isinstance(body, dict):
-            raise ApiError(0, "undecodable list of %s: not an object" % res.plural)
-        return body.get("items") or [], (body.get("metadata") or {}).get("resourceVersion")
+        items, version, tokens = [], None, []
+        while True:
+            kwargs = self._selectors(res)
+            if tokens:
+                kwargs["_continue"] = tokens[-1]
+            body = self._call(function, *args, _until=until, _object_hook=_decode_hook(res), **kwargs)
+            page, page_version, token = list_page(body, res.plural, tokens)
+            items.extend(page)
+            version = page_version if not tokens else version
+            if token is None:
+                return items, version
+            tokens.append(token)
 
     def watch(self, res, resource_version, timeout_seconds, read_timeout):
-        """``read_timeout``: the longest silence between two bytes of the stream."""
+        """``read_timeout``: the longest time without a complete event other than a
+        bookmark (and so without a byte). The watch ends by its ``timeout_seconds`` plus
+        READ_GRACE even if the server keeps it open."""
         function, args = self._list_function(res)
         kwargs = self._selectors(res)
         if resource_version:
             kwargs["resource_version"] = resource_version
-        response = self._open(function, *args, watch=True, allow_watch_bookmarks=True,
-                              timeout_seconds=int(timeout_seconds), _read_timeout=read_timeout, **kwargs)
-        return _WatchStream(response, self._errors, _decode_hook(res))
+        cutoff = _Cutoff(self.clock, self._until(int(timeout_seconds) + READ_GRACE), idle=read_timeout)
+        try:
+            response = self._request(cutoff, function, *args, watch=True, allow_watch_bookmarks=True,
+                                     timeout_seconds=int(timeout_seconds), _read_timeout=read_timeout, **kwargs)
+        except ApiError:
+            cutoff.finish()
+            raise
+        return _WatchStream(response, self._errors, _decode_hook(res), cutoff)
 
     # Single requests the modules make around a wait (a CUDA sample's pods, a Job's log).
 

@@ -796,6 +796,9 @@ SAMPLE_CONTAINER = "cuda-vectoradd"
 SAMPLE_LABEL_NAME = "app.kubernetes.io/name"
 SAMPLE_LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 SAMPLE_LABEL_RUN = "gpuplatform.rke2/cuda-sample-run"
+# On the pods of a run with keep_pods: left on purpose, and a later run may replace them
+# once they ended. A pod of another run without it is never touched (it may be running).
+SAMPLE_LABEL_KEEP = "gpuplatform.rke2/cuda-sample-keep"
 MANAGED_BY = "gpuplatform.rke2"
 # Waiting reasons that no retry by the kubelet mends: the sample has failed. The kubelet
 # retries ImagePullBackOff (a registry mirror not up yet) and CreateContainerError (the
@@ -812,7 +815,7 @@ def sample_pod_name(prefix, node=None):
 
 
 def sample_pod(name, namespace, run_id, image=SAMPLE_IMAGE, resource=om.CONTAINER_RESOURCE, count_=1,
-               node=None, runtime_class_name=None, tolerations=()):
+               node=None, runtime_class_name=None, tolerations=(), keep=False):
     """NVIDIA's vectoradd pod, unprivileged. ``restartPolicy: Never`` where the
     documented pod says OnFailure: a failing sample must end Failed, not restart
     forever. A node is pinned by node affinity, not nodeName, so the scheduler still
@@ -838,11 +841,13 @@ def sample_pod(name, namespace, run_id, image=SAMPLE_IMAGE, resource=om.CONTAINE
     if node:
         spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}
+    labels = {SAMPLE_LABEL_NAME: "cuda-sample", SAMPLE_LABEL_MANAGED_BY: MANAGED_BY, SAMPLE_LABEL_RUN: run_id}
+    if keep:
+        labels[SAMPLE_LABEL_KEEP] = "true"
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "labels": {
-            SAMPLE_LABEL_NAME: "cuda-sample", SAMPLE_LABEL_MANAGED_BY: MANAGED_BY, SAMPLE_LABEL_RUN: run_id}},
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": spec,
     }
 
@@ -850,6 +855,19 @@ def sample_pod(name, namespace, run_id, image=SAMPLE_IMAGE, resource=om.CONTAINE
 def is_sample_pod(pod):
     labels = _meta(pod).get("labels") or {}
     return labels.get(SAMPLE_LABEL_NAME) == "cuda-sample" and labels.get(SAMPLE_LABEL_MANAGED_BY) == MANAGED_BY
+
+
+def sample_run(pod):
+    """The run id a sample pod is labelled with (None when it has none)."""
+    return (_meta(pod).get("labels") or {}).get(SAMPLE_LABEL_RUN)
+
+
+def sample_replaceable(pod):
+    """A sample pod another run may delete to take its name: one kept on purpose
+    (keep_pods) that has ended. Any other pod of another run may still be in use by it."""
+    labels = _meta(pod).get("labels") or {}
+    return (is_sample_pod(pod) and labels.get(SAMPLE_LABEL_KEEP) == "true"
+            and (pod.get("status") or {}).get("phase") in TERMINAL_PHASES)
 
 
 def sample_nodes(nodes, resource, count_, names=None):
@@ -885,6 +903,14 @@ def _terminated(pod):
 
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def sample_exit_code(pod):
+    """The exit code the sample's container ended with, None when no end is reported."""
+    for cs in ((pod or {}).get("status") or {}).get("containerStatuses") or ():
+        if cs.get("name") == SAMPLE_CONTAINER:
+            return ((cs.get("state") or {}).get("terminated") or {}).get("exitCode")
+    return None
 
 
 def sample_state(pod):
@@ -926,7 +952,8 @@ def sample_condition(namespace, pod_names):
         finished, reason = sample_state(pod)
         state = {"finished": finished, "reason": reason,
                  "phase": ((pod or {}).get("status") or {}).get("phase"),
-                 "node": ((pod or {}).get("spec") or {}).get("nodeName")}
+                 "node": ((pod or {}).get("spec") or {}).get("nodeName"),
+                 "exit_code": sample_exit_code(pod)}
         known[key] = (pod, state)
         return state
 
@@ -942,11 +969,17 @@ def log_tail(text, lines=10):
     return [line for line in (text or "").splitlines() if line.strip()][-lines:]
 
 
-def sample_verdict(phase, log, pattern):
-    """(passed, reason): phase Succeeded and ``pattern`` (a regular expression) found in
-    the log."""
+def sample_verdict(phase, log, pattern, exit_code, node=None, planned_node=None):
+    """(passed, reason): the pod ran on ``planned_node`` (when one was planned), ended
+    Succeeded, its container with exit code 0, and ``pattern`` (a regular expression) is
+    in the log. A per-node sample that ran elsewhere says nothing of its own node, and a
+    phase or a log without the exit code is not the sample's own word that it passed."""
+    if planned_node is not None and node != planned_node:
+        return False, "ran on %s, not on %s, the node it was for" % (node or "no node", planned_node)
     if phase != "Succeeded":
         return False, "phase %s" % phase
+    if exit_code != 0:
+        return False, "exit code %s" % ("not reported" if exit_code is None else exit_code)
     if log is None:
         return False, "log not readable"
     if not re.search(pattern, log, re.MULTILINE):
@@ -981,6 +1014,41 @@ def spec_changed_at(obj):
     return max(times) if times else None
 
 
+def _revision(obj):
+    """``metadata.resourceVersion`` as the integer the API server's storage counts in, or
+    None when it is not one (KEP-5504: a positive decimal without leading zeros)."""
+    value = _meta(obj).get("resourceVersion")
+    if isinstance(value, str) and value.isdigit() and not value.startswith("0"):
+        return int(value)
+    return None
+
+
+def job_predates_spec(job, chart, spec_revision):
+    """Why ``job`` cannot be the install of ``chart``'s current spec, or None.
+
+    Ordered by one clock only: the storage revision (resourceVersion) of the Job's last
+    write against ``spec_revision``, the chart's at its current generation (etcd, and
+    kine, count one revision for every kind, so a Job written after the chart changed has
+    a higher one). helm-controller writes a Job after the spec change in every case that
+    matters: it creates the new one, or suspends the old one before it replaces it (a
+    suspended Job is never taken for done, see helmchart_condition). Creation and
+    managedFields times are stamped by whichever API server took the write: with two
+    servers, their clocks' skew reorders them. They decide only where a resourceVersion
+    is not a number."""
+    job_revision = _revision(job)
+    if job_revision is not None and spec_revision is not None:
+        if job_revision > spec_revision:
+            return None
+        return "Job %s (last written at resourceVersion %d) predates the HelmChart's generation %s (resourceVersion " \
+               "%d)" % (_name(job), job_revision, _meta(chart).get("generation"), spec_revision)
+    changed = spec_changed_at(chart)
+    created = _timestamp(_meta(job).get("creationTimestamp"))
+    if changed and created and created < changed:
+        return "Job %s (created %s) predates the HelmChart's last change (%s)" % (
+            _name(job), _meta(job).get("creationTimestamp"), changed.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    return None
+
+
 def job_attempt_failure(pod):
     """(container, previous, reason) of a failed attempt in a Job pod, or None. The
     install Job restarts its container in place (restartPolicy OnFailure): a failure
@@ -1008,6 +1076,18 @@ def helmchart_condition(name, namespace):
     """helm-controller installed the HelmChart: its install Job, created after the
     chart's last spec change, completed. A Failed condition on the chart or a failed
     attempt of the Job ends the wait at once (``detail["failed"]``)."""
+    # The lowest resourceVersion the wait saw the chart at, at its current generation
+    # (exact when the wait saw the change itself, an upper bound of it otherwise).
+    seen = {"generation": None, "revision": None}
+
+    def spec_revision(chart):
+        generation = (_meta(chart).get("uid"), _meta(chart).get("generation"))
+        revision = _revision(chart)
+        if generation != seen["generation"] or seen["revision"] is None:
+            seen.update(generation=generation, revision=revision)
+        elif revision is not None:
+            seen["revision"] = min(seen["revision"], revision)
+        return seen["revision"]
 
     def condition(cache):
         chart = (cache.get("helmcharts") or {}).get("%s/%s" % (namespace, name))
@@ -1017,6 +1097,7 @@ def helmchart_condition(name, namespace):
             detail["message"] = "HelmChart %s/%s not found" % (namespace, name)
             return False, detail
         ko.read("HelmChart", chart)
+        chart_revision = spec_revision(chart)
         if _meta(chart).get("deletionTimestamp"):
             detail.update(failed=True, message="HelmChart %s/%s is being deleted (since %s)" % (
                 namespace, name, _meta(chart)["deletionTimestamp"]))
@@ -1037,12 +1118,15 @@ def helmchart_condition(name, namespace):
             return False, detail
         ko.read("Job", job)
         detail["job"] = job_name
-        changed = spec_changed_at(chart)
-        created = _timestamp(_meta(job).get("creationTimestamp"))
-        if changed and created and created < changed:
-            detail["message"] = "Job %s (created %s) predates the HelmChart's last change (%s): %s" % (
-                job_name, _meta(job).get("creationTimestamp"), changed.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                "waiting for helm-controller to replace it")
+        stale = job_predates_spec(job, chart, chart_revision)
+        if stale:
+            detail["message"] = "%s: waiting for helm-controller to replace it" % stale
+            return False, detail
+        job_spec = job.get("spec")
+        if isinstance(job_spec, dict) and job_spec.get("suspend") is True:
+            # helm-controller creates each Job suspended, and suspends the old one before
+            # it replaces it: that write is after the chart's change, the run is not.
+            detail["message"] = "Job %s is suspended: helm-controller has not started it, or is replacing it" % job_name
             return False, detail
         complete = _condition(job, "Complete")
         if (complete and complete.get("status") == "True") or ((job.get("status") or {}).get("succeeded") or 0) >= 1:

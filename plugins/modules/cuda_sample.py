@@ -19,19 +19,35 @@ description:
   - "A pod that stays C(Pending) is reported with the scheduler's reason (for example
     C(0/6 nodes are available: 6 Insufficient nvidia.com/gpu)), a pod that cannot start with its waiting reason,
     and a failing sample with the last lines of its log and the per-layer diagnosis of its node."
+  - A sample passes when its pod ended C(Succeeded), its container with exit code 0, with O(pattern) in its log,
+    and, with O(per_node), on the node it was created for (a pod the scheduler put elsewhere fails, naming both).
   - The pods run unprivileged (C(runAsNonRoot), no privilege escalation, every capability dropped, the runtime's
     default seccomp profile) with C(restartPolicy=Never), so a failing sample ends C(Failed) instead of restarting.
-  - "Nothing is left behind: each pod is named and labelled with the run before it is created, and on every way
-    out, a failure, a create whose reply was lost, the deadline, C(SIGINT), C(SIGTERM) or C(SIGHUP) (Ctrl-C on
-    C(ansible-playbook), which reaches this module on the controller directly, an async timeout, a cancelled job, a
-    dropped SSH connection), the run's pods are deleted in one request by that label (by name, one at a time,
-    should that request fail), and the module fails naming the signal and the pods it deleted. Each pod also
-    carries C(activeDeadlineSeconds) of O(timeout), so even one that outlived a C(SIGKILL) cannot hold a GPU for
-    longer than the module would have waited for it."
+  - "Each run labels its pods C(gpuplatform.rke2/cuda-sample-run=<run id>) (the result's RV(run_id)) and deletes
+    only pods of its own run: on every way out, a failure, a create whose reply was lost, the deadline, C(SIGINT),
+    C(SIGTERM) or C(SIGHUP) (Ctrl-C on C(ansible-playbook), which reaches this module on the controller directly, a
+    cancelled job, a dropped SSH connection), in one request by that label, or, should that request fail, one by
+    one by name, each only while it still carries the run's label. These deletes get their own time (20 seconds,
+    plus 1.5), not what is left of O(timeout), which a timeout has spent. A pod whose delete failed is named in
+    the result (RV(left_pods), with RV(remove_command)) and the module reports C(changed=true); after a signal it
+    fails naming the signal, the pods it deleted and those that may be left."
+  - "A pod of another run that holds a name this run needs (two runs with one O(name_prefix)) is never deleted:
+    the module fails naming it, its run and the command that removes it. Only a pod an earlier run kept
+    (O(keep_pods)) and that has ended is replaced."
+  - "C(SIGKILL) cannot be caught: Ansible's C(async) timeout sends it (C(async_wrapper) kills the module's process
+    group), and the pods the run created stay. Find them with
+    C(kubectl get pods -A -l app.kubernetes.io/name=cuda-sample,app.kubernetes.io/managed-by=gpuplatform.rke2
+    -L gpuplatform.rke2/cuda-sample-run) and remove a run's with
+    C(kubectl delete pods -n <namespace> -l gpuplatform.rke2/cuda-sample-run=<run id>); a later run with the same
+    O(name_prefix) fails naming them. Give C(async) more than O(timeout) plus 25 seconds. Each pod carries
+    C(activeDeadlineSeconds) of O(timeout), which the kubelet counts from the pod's start on a node: it ends a
+    sample that runs too long, but not a pod that stays C(Pending), which may still be scheduled later and take a
+    GPU until it is deleted."
   - "At fleet scale the requests stay few: one list of the nodes, one of the namespace's pods (earlier runs' pods
     that hold the names), one create per pod, O(concurrency) at a time, one watch of the run's pods for the wait,
     and, as each pod ends, its log read and its delete (O(concurrency) pods at a time) while the others still
-    run; the pods that did not end, or whose delete failed, go with one delete of the run's pods by its label."
+    run; the pods that did not end, or whose delete failed, go with one delete of the run's pods by its label.
+    Only when that delete fails does the module read each remaining pod (its run label) and delete it by name."
 author:
   - gpuplatform.rke2 maintainers (@gpuplatform)
 options:
@@ -91,7 +107,8 @@ options:
     default: Test PASSED
   keep_pods:
     description:
-      - Leave the pods in place after the check, for inspection. A later run replaces them.
+      - Leave the pods in place after the check, for inspection. A later run replaces them once they ended
+        (they carry the label C(gpuplatform.rke2/cuda-sample-keep=true)).
     type: bool
     default: false
   log_lines:
@@ -124,7 +141,8 @@ attributes:
     platforms: posix
 notes:
   - The sample is a test action that leaves nothing behind, so it reports C(changed=false) when it deleted its pods;
-    it reports C(changed=true) only with O(keep_pods), when pods it created are left in the cluster.
+    it reports C(changed=true) when pods it created are left in the cluster, with O(keep_pods) or because their
+    delete failed, and names them in RV(left_pods).
 """
 
 EXAMPLES = r"""
@@ -168,6 +186,23 @@ api_requests:
   description: List and watch requests the wait for the pods made.
   returned: always
   type: dict
+run_id:
+  description: This run's id, the value of the label C(gpuplatform.rke2/cuda-sample-run) on each pod it created.
+  returned: when the module got as far as planning its pods
+  type: str
+  sample: 3f9c2a7d41b0
+left_pods:
+  description: The pods this run created that may still be in the cluster, kept with O(keep_pods) or whose delete
+    failed; empty when it deleted them all.
+  returned: when the module got as far as planning its pods
+  type: list
+  elements: str
+  sample: ["cuda-vectoradd-gpu-container-2"]
+remove_command:
+  description: The command that removes RV(left_pods) (every pod of this run), null when none is left.
+  returned: when the module got as far as planning its pods
+  type: str
+  sample: kubectl delete pods -n default -l gpuplatform.rke2/cuda-sample-run=3f9c2a7d41b0
 """
 
 import concurrent.futures
@@ -245,7 +280,8 @@ def list_nodes(api):
 def plan(api, params, run_id):
     """(pods to create as [{name, node, manifest}], skipped nodes, the nodes listed or None)."""
     pod_args = dict(image=params["image"], resource=params["resource"], count_=params["count"],
-                    runtime_class_name=params["runtime_class_name"], tolerations=params["tolerations"] or ())
+                    runtime_class_name=params["runtime_class_name"], tolerations=params["tolerations"] or (),
+                    keep=params["keep_pods"])
     if not params["per_node"]:
         name = readiness.sample_pod_name(params["name_prefix"])
         return [{"name": name, "node": None,
@@ -287,13 +323,25 @@ def bounded(function, items, concurrency):
         pool.shutdown(wait=True)
 
 
+def run_selector(run_id):
+    return "%s=%s" % (readiness.SAMPLE_LABEL_RUN, run_id)
+
+
+def remove_command(namespace, run_id):
+    """The command that removes a run's pods, for a result that says some may be left."""
+    return "kubectl delete pods -n %s -l %s" % (namespace, run_selector(run_id))
+
+
 def clear_leftovers(api, params, names, deadline):
-    """Delete pods of an earlier run (keep_pods) that hold our names; refuse to touch
-    pods the module did not create. One list of the namespace's pods, not a read per name."""
+    """Delete the pods an earlier run kept (keep_pods) and that ended, where they hold our
+    names. Any other pod of another run may be in use by it (two runs with one name_prefix):
+    the module fails naming it, its run and the command that removes it, and deletes
+    nothing; so too for a pod it did not create. One list of the namespace's pods, not a
+    read per name."""
     listed, _version = api.list(k8s_wait.resource("pods", "v1", "pods", namespace=params["namespace"]),
                                 k8s_wait.LIST_READ_TIMEOUT)
     existing = dict(((p.get("metadata") or {}).get("name"), p) for p in listed)
-    leftovers = []
+    leftovers, in_use = [], []
     for name in names:
         pod = existing.get(name)
         if pod is None:
@@ -301,7 +349,18 @@ def clear_leftovers(api, params, names, deadline):
         if not readiness.is_sample_pod(pod):
             raise ValueError("pod %s/%s exists and was not created by cuda_sample; choose another name_prefix"
                              % (params["namespace"], name))
-        leftovers.append(name)
+        if readiness.sample_replaceable(pod):
+            leftovers.append(name)
+        else:
+            in_use.append(pod)
+    if in_use:
+        runs = sorted(set(readiness.sample_run(p) or "" for p in in_use))
+        raise ValueError(
+            "pods %s belong to another cuda_sample run, which may still use them: wait for it to end or choose "
+            "another name_prefix; pods a killed run left are removed with: %s" % (
+                ", ".join("%s (run %s, %s)" % ((p.get("metadata") or {}).get("name"), readiness.sample_run(p),
+                                               (p.get("status") or {}).get("phase") or "Pending") for p in in_use),
+                "; ".join(remove_command(params["namespace"], run) for run in runs)))
     if not leftovers:
         return
     for name in leftovers:
@@ -389,6 +448,7 @@ def wait_for_samples(api, params, planned, run_id, created_at, deadline, reaper)
         readiness.sample_condition(namespace, names), progress)
 
     logs = reaper.logs([n for n in names if result.detail["pods"][n]["phase"] in readiness.TERMINAL_PHASES])
+    planned_node = dict((p["name"], p["node"]) for p in planned)
     reports = []
     for name in names:
         state = result.detail["pods"][name]
@@ -401,7 +461,8 @@ def wait_for_samples(api, params, planned, run_id, created_at, deadline, reaper)
             if error is not None:
                 report["reason"] = "log not readable: %s" % error
             report["log_tail"] = readiness.log_tail(log, params["log_lines"]) if params["log_lines"] else []
-            passed, why = readiness.sample_verdict(state["phase"], log, params["pattern"])
+            passed, why = readiness.sample_verdict(state["phase"], log, params["pattern"], state["exit_code"],
+                                                   state["node"], planned_node[name])
             report["passed"] = passed
             if passed:
                 report["reason"] = None
@@ -455,35 +516,69 @@ def create_sample(api, namespace, pod, run_id):
             raise
 
 
+# Seconds the deletes of the run's pods may take, from when they start: their own time, not
+# what is left of the module's deadline, which a timeout has spent (every request then is
+# refused before it is sent). The adapter's AFTER_DEADLINE_GRACE comes on top. One delete
+# by label took the lab's API server 7 s for 572 pods.
+CLEANUP_SECONDS = 20  # DOCUMENTATION says so
+
+
 def cleanup(api, params, names, run_id, warn):
-    """Delete the pods unless keep_pods: the run's in one request by its label, by name
-    when that request fails; True when none of them is left."""
-    if params["keep_pods"]:
-        return not names
-    if not names:
-        return True
+    """Delete the run's pods ``names`` unless keep_pods: in one request by the run's label,
+    by name when that request fails, each only while it carries the run's label (a pod of
+    that name that another run created since is not ours). Returns the names that may be
+    left."""
+    if params["keep_pods"] or not names:
+        return list(names)
+    namespace = params["namespace"]
     try:
-        api.delete_pods(params["namespace"], "%s=%s" % (readiness.SAMPLE_LABEL_RUN, run_id))
-        return True
+        api.delete_pods(namespace, run_selector(run_id))
+        return []
     except k8s_wait.ApiError as exc:
         warn("could not delete the run's pods in one request (%s): deleting them one by one" % exc)
+    left = []
     for name in names:
         try:
-            api.delete_pod(params["namespace"], name)
+            pod = api.get_pod(namespace, name)
+            if pod is not None and readiness.sample_run(pod) == run_id:
+                api.delete_pod(namespace, name)
         except k8s_wait.ApiError as exc:
-            warn("could not delete pod %s/%s: %s" % (params["namespace"], name, exc))
-    return True
+            warn("could not delete pod %s/%s: %s" % (namespace, name, exc))
+            left.append(name)
+    return left
 
 
 def _cleanup_undisturbed(api, params, names, run_id, warn):
     """cleanup() with the interrupting signals (a second Ctrl-C too) held off until it is
-    done: True when pods are left."""
+    done, and with CLEANUP_SECONDS of its own: the names that may be left."""
     held = dict((s, signal.signal(s, signal.SIG_IGN)) for s in _SIGNALS)
+    deadline = getattr(api, "deadline", None)
+    if deadline is not None:
+        # Every other request of the module has ended (the creates, the wait, the reaper):
+        # only these deletes run under it.
+        api.deadline = api.clock.now() + CLEANUP_SECONDS
     try:
-        return not cleanup(api, params, names, run_id, warn)
+        return cleanup(api, params, names, run_id, warn)
     finally:
+        if deadline is not None:
+            api.deadline = deadline
         for signum, handler in held.items():
             signal.signal(signum, handler)
+
+
+def left_behind(params, left, run_id):
+    """(the result's keys, the sentence) for the pods ``left``: kept (keep_pods) or whose
+    delete failed."""
+    keys = dict(changed=bool(left), left_pods=list(left), run_id=run_id, remove_command=None)
+    if not left:
+        return keys, ""
+    keys["remove_command"] = remove_command(params["namespace"], run_id)
+    state = "kept (keep_pods)" if params["keep_pods"] else "may be left"
+    return keys, "pods %s %s; remove them with: %s" % (", ".join(left), state, keys["remove_command"])
+
+
+def describe(params):
+    return "running the CUDA sample in %s" % params["namespace"]
 
 
 def run(api, params, check_mode, warn):
@@ -492,7 +587,8 @@ def run(api, params, check_mode, warn):
     deadline = getattr(api, "deadline", None) or api.clock.now() + params["timeout"]
     run_id = uuid.uuid4().hex[:12]
     planned, skipped, nodes = plan(api, params, run_id)
-    report = dict(changed=False, pods=[], skipped_nodes=skipped, api_requests={"list": 0, "watch": 0, "total": 0})
+    report = dict(changed=False, pods=[], skipped_nodes=skipped, api_requests={"list": 0, "watch": 0, "total": 0},
+                  left_pods=[], run_id=run_id, remove_command=None)
     if params["per_node"] and params["nodes"]:
         # A node named on purpose and passed over in silence makes the check pass without it.
         left_out = readiness.named_left_out(params["nodes"], nodes, skipped)
@@ -535,27 +631,36 @@ def run(api, params, check_mode, warn):
         finally:
             reaper.close()
     except Interrupted as exc:
-        left = _cleanup_undisturbed(api, params, created, run_id, warn)
         # In the plan's order: concurrent creates append in any order.
+        left = set(_cleanup_undisturbed(api, params, created, run_id, warn))
         attempted = set(created)
-        named = ", ".join(p["name"] for p in planned if p["name"] in attempted)
-        outcome = "pods %s deleted" % named if not left else "pods may be left: %s" % named
-        if not attempted:
-            outcome = "no pod was created"
-        return ("interrupted by %s: %s" % (exc, outcome),
-                dict(report, changed=left, elapsed=k8s_wait.elapsed(api)))
+        keys, left_text = left_behind(params, [p["name"] for p in planned if p["name"] in left], run_id)
+        gone = [p["name"] for p in planned if p["name"] in attempted - left]
+        outcome = "; ".join(([("pods %s deleted" % ", ".join(gone))] if gone else []) + ([left_text] if left else []))
+        return ("interrupted by %s: %s" % (exc, outcome or "no pod was created"),
+                dict(report, elapsed=k8s_wait.elapsed(api), **keys))
+    except (k8s_wait.WaitFailed, k8s_wait.ApiError, ValueError) as exc:
+        # run_checked's message, with the pods that may be left and changed=true.
+        keys, left_text = left_behind(params, _cleanup_undisturbed(api, params, created, run_id, warn), run_id)
+        msg = str(exc) if isinstance(exc, ValueError) else "%s: %s" % (describe(params), exc)
+        return msg + (". " + left_text if left_text else ""), dict(report, elapsed=k8s_wait.elapsed(api), **keys)
     except BaseException:
-        _cleanup_undisturbed(api, params, created, run_id, warn)
+        left_text = left_behind(params, _cleanup_undisturbed(api, params, created, run_id, warn), run_id)[1]
+        if left_text:
+            warn(left_text)
         raise
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     # What the reaper deleted is gone; the rest (a pod that did not end, a delete that
     # failed) goes with the run's one delete.
-    left = _cleanup_undisturbed(api, params, [n for n in created if n not in reaper.deleted], run_id, warn)
-    report.update(changed=left, pods=reports, api_requests=result.api_requests,
-                  elapsed=k8s_wait.elapsed(api))
+    keys, left_text = left_behind(
+        params, _cleanup_undisturbed(api, params, [n for n in created if n not in reaper.deleted], run_id, warn),
+        run_id)
+    report.update(pods=reports, api_requests=result.api_requests, elapsed=k8s_wait.elapsed(api), **keys)
     if all(r["passed"] for r in reports):
+        if left_text and not params["keep_pods"]:
+            warn(left_text)
         return None, report
     # The layers of the nodes whose sample failed; when a pod found no node, those of
     # the GPU nodes that should advertise the resource.
@@ -570,6 +675,8 @@ def run(api, params, check_mode, warn):
     msg = failure_message(reports, not result.done, params["timeout"])
     if report["diagnosis"]:
         msg += ". Nodes: " + readiness.diagnosis_text(report["diagnosis"])
+    if left_text:
+        msg += ". " + left_text
     return msg, report
 
 
@@ -595,7 +702,7 @@ def main():
     params = module.params
     _api, (msg, result) = k8s_wait.run_checked(module, check_params,
                                                lambda api: run(api, params, module.check_mode, module.warn),
-                                               "running the CUDA sample in %s" % params["namespace"])
+                                               describe(params))
     if msg:
         module.fail_json(msg=msg, **result)
     module.exit_json(**result)

@@ -13,7 +13,9 @@ switch, "new" ones those accepted after it.
     proxy.stall()           # every open connection goes silent: no byte, no FIN, no RST
     proxy.pass_through()    # new connections pass again (stalled ones stay stalled)
 
-Switches: pass_through, stall, reset, cut, lose_reply, hold, wrong_certificate.
+Switches: pass_through, stall, reset, cut, lose_reply, hold, wrong_certificate. Besides them,
+``throttle(bytes_per_second)`` limits what the server sends to every connection, open and new
+(an overloaded API server, a thin link: a body that trickles); ``throttle(None)`` lifts it.
 
 Only 127.0.0.1, only for tests; one thread per connection.
 """
@@ -120,6 +122,7 @@ class FaultProxy(object):
         self._released = threading.Event()
         self._stopping = threading.Event()
         self._threads = []
+        self._rate = None  # bytes per second from the server to each client; None: no limit
         self.port = None
 
     # ------------------------------------------------------------ life
@@ -220,6 +223,15 @@ class FaultProxy(object):
         what the client sends between two pieces of the server's answer, after the TLS
         handshake's two client flights (TLS 1.3 with a client certificate)."""
         self._switch(LOSE_REPLIES, int(request_bytes))
+
+    def throttle(self, bytes_per_second):
+        """Every connection, open and new, gets the server's bytes at most this fast (each
+        connection on its own), in pieces of a tick's worth: ``throttle(1)`` sends a byte a
+        second. None lifts the limit. Independent of the switches above."""
+        if bytes_per_second is not None and not bytes_per_second > 0:
+            raise ValueError("throttle: bytes_per_second must be above 0 or None, got %r" % (bytes_per_second,))
+        with self._lock:
+            self._rate = bytes_per_second
 
     def hold(self):
         """New connections are accepted and then left waiting, never forwarded, until the
@@ -353,8 +365,12 @@ class FaultProxy(object):
             # A switch may have come while waiting: nothing moves on a stalled connection.
             if conn.stalled or conn.reset:
                 continue
+            with self._lock:
+                rate = self._rate
             for sock in readable:
-                data = sock.recv(_CHUNK)
+                # Throttled, the server's side is read a tick's worth at a time, so a switch
+                # still takes effect within about a tick.
+                data = sock.recv(_CHUNK if rate is None or sock is client else max(1, int(rate * _TICK)))
                 if not data:
                     self._close(conn)
                     return
@@ -381,3 +397,5 @@ class FaultProxy(object):
                 client.sendall(data)
                 conn.down += len(data)
                 conn.last_down = time.monotonic()
+                if rate is not None:
+                    time.sleep(len(data) / float(rate))

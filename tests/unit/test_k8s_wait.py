@@ -3,7 +3,7 @@ simulated time; the real adapter (KubeApi) against a local HTTP stub of the API.
 import json
 import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from urllib.parse import parse_qs
 
 import pytest
@@ -11,6 +11,7 @@ import pytest
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import k8s_wait
 from ansible_collections.gpuplatform.rke2.plugins.module_utils.k8s_wait import (
     ApiError, KubeApi, WaitFailed, Waiter, by_name, classify, objects, resource)
+from tests.unit.api_stub import QuietHandler, send_chunk, send_head, send_json
 from tests.unit.k8s_fake import FakeCluster
 
 NODES = resource("nodes", "v1", "nodes")
@@ -110,7 +111,8 @@ def test_the_deadline_ends_the_wait_with_the_last_state():
     assert result.elapsed == 120
     assert result.detail == {"ready": [], "nodes": 1}
     assert gpus(result.cache["nodes"]["gpu-1"]) == 1
-    assert result.api_requests["total"] == 2 and result.stale == []
+    # The list, the watch, and the failing wait's last look: one fresh list.
+    assert result.api_requests == {"list": 2, "watch": 1, "total": 3} and result.stale == []
 
 
 def test_every_watch_timeout_derives_from_the_time_left():
@@ -375,25 +377,16 @@ class _StubApi(object):
         self.requests = []
         stub = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
+        class Handler(QuietHandler):
 
             def do_GET(self):
                 stub.requests.append(self.path)
                 if "watch=true" in self.path:
                     lines, hold = stub.watches.pop(0)
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Transfer-Encoding", "chunked")
-                    self.end_headers()
+                    send_head(self, 200, chunked=True)
                     try:
                         for line in lines:
-                            data = (json.dumps(line) + "\n").encode()
-                            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-                            self.wfile.flush()
+                            send_chunk(self, (json.dumps(line) + "\n").encode())
                         if hold == "cut":
                             # The API server goes away mid-watch: no terminating chunk.
                             self.connection.shutdown(socket.SHUT_RDWR)
@@ -409,12 +402,7 @@ class _StubApi(object):
                     self.close_connection = True
                     return
                 status, body = stub.lists.pop(0)
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, status, body)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True

@@ -540,7 +540,7 @@ def test_the_sample_condition_holds_when_every_pod_has_ended():
     assert not done and detail["pods"]["cuda-vectoradd"]["phase"] == "Running"
     done, detail = condition(cache(pods=[sample("Succeeded", {"exitCode": 0, "reason": "Completed"})]))
     assert done and detail["pods"]["cuda-vectoradd"] == {"finished": True, "reason": "Completed",
-                                                         "phase": "Succeeded", "node": "gpu-1"}
+                                                         "phase": "Succeeded", "node": "gpu-1", "exit_code": 0}
 
 
 def test_the_sample_condition_follows_each_event_in_one_cache():
@@ -580,11 +580,11 @@ def test_the_sample_condition_keeps_the_end_of_a_pod_deleted_after_it_ended():
     del live["pods"]["default/cuda-vectoradd"]
     done, detail = condition(live)
     assert not done and detail["pods"]["cuda-vectoradd"] == {"finished": True, "reason": "Error, exit code 1",
-                                                             "phase": "Failed", "node": "gpu-1"}
+                                                             "phase": "Failed", "node": "gpu-1", "exit_code": 1}
     del live["pods"]["default/other"]
     done, detail = condition(live)
     assert done and detail["pods"]["other"] == {"finished": True, "reason": "the pod was deleted", "phase": None,
-                                                "node": None}
+                                                "node": None, "exit_code": None}
     live["pods"]["default/cuda-vectoradd"] = sample("Pending")
     done, detail = condition(live)
     assert not done and detail["pods"]["cuda-vectoradd"]["phase"] == "Pending"
@@ -592,12 +592,25 @@ def test_the_sample_condition_keeps_the_end_of_a_pod_deleted_after_it_ended():
 
 def test_sample_verdict_and_log_tail():
     log = "[Vector addition of 50000 elements]\nCUDA kernel launch\nTest PASSED\nDone\n"
-    assert rd.sample_verdict("Succeeded", log, "Test PASSED") == (True, None)
-    assert rd.sample_verdict("Succeeded", "Test FAILED\n", "Test PASSED") == (False, "log lacks 'Test PASSED'")
-    assert rd.sample_verdict("Failed", log, "Test PASSED") == (False, "phase Failed")
-    assert rd.sample_verdict("Succeeded", None, "Test PASSED") == (False, "log not readable")
-    assert rd.sample_verdict("Succeeded", log, r"^Test PASSED$") == (True, None)
+    assert rd.sample_verdict("Succeeded", log, "Test PASSED", 0) == (True, None)
+    assert rd.sample_verdict("Succeeded", "Test FAILED\n", "Test PASSED", 0) == (False, "log lacks 'Test PASSED'")
+    assert rd.sample_verdict("Failed", log, "Test PASSED", 1) == (False, "phase Failed")
+    assert rd.sample_verdict("Succeeded", None, "Test PASSED", 0) == (False, "log not readable")
+    assert rd.sample_verdict("Succeeded", log, r"^Test PASSED$", 0) == (True, None)
     assert rd.log_tail(log, 2) == ["Test PASSED", "Done"]
+
+
+def test_sample_verdict_needs_exit_code_0_and_the_planned_node():
+    log = "Test PASSED\n"
+    # The log alone is not the sample's word: a Succeeded phase with a non-zero or no exit code fails.
+    assert rd.sample_verdict("Succeeded", log, "Test PASSED", 3) == (False, "exit code 3")
+    assert rd.sample_verdict("Succeeded", log, "Test PASSED", None) == (False, "exit code not reported")
+    # A per-node sample that ran elsewhere says nothing of its node.
+    assert rd.sample_verdict("Succeeded", log, "Test PASSED", 0, "gpu-2", "gpu-1") == (
+        False, "ran on gpu-2, not on gpu-1, the node it was for")
+    assert rd.sample_verdict("Succeeded", log, "Test PASSED", 0, "gpu-1", "gpu-1") == (True, None)
+    # One pod anywhere: no node was planned.
+    assert rd.sample_verdict("Succeeded", log, "Test PASSED", 0, "gpu-2", None) == (True, None)
 
 
 # ---------------------------------------------------------------- HelmChart install

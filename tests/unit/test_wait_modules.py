@@ -117,7 +117,9 @@ def test_allocatable_timeout_names_each_nodes_broken_layer(run):
     assert result["diagnosis"]["gpu-container-2"]["layer"] == om.LAYER_RUNTIME
     assert [f["layer"] for f in result["diagnosis"]["gpu-container-3"]["layer_failures"]] == [
         om.LAYER_DEVICE_PLUGIN, om.LAYER_ALLOCATABLE]
-    assert result["elapsed"] == 120 and result["api_requests"]["total"] == 8
+    # One list and one watch of each of the four kinds, then the failing wait's last look:
+    # one more list of each (k8s_wait._last_look), so the message describes fresh data.
+    assert result["elapsed"] == 120 and result["api_requests"] == {"list": 8, "watch": 4, "total": 12}
 
 
 def test_allocatable_does_not_count_gpus_advertised_over_a_broken_toolkit(run):
@@ -590,6 +592,122 @@ def test_cuda_sample_interrupted_before_any_create_says_that_no_pod_was_created(
     assert cluster.created == [] and cluster.deleted == [] and result["changed"] is False
 
 
+def test_cuda_sample_per_node_fails_a_sample_that_ran_on_another_node(run):
+    # The pod for gpu-container-2 was placed on gpu-container-1 and passed there: that says nothing of gpu-container-2.
+    cluster = sample_cluster()
+    finish(cluster, {"gpu-container-1": ("Succeeded", 0, PASSED_LOG), "gpu-container-2": ("Succeeded", 0, PASSED_LOG)})
+    on_create = cluster.on_create
+
+    def misplaced(pod):
+        if pod["metadata"]["name"] == "cuda-vectoradd-gpu-container-2":
+            pod = copy.deepcopy(pod)
+            terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            terms["nodeSelectorTerms"][0]["matchFields"][0]["values"] = ["gpu-container-1"]
+        on_create(pod)
+
+    cluster.on_create = misplaced
+    rc, result, _connects = run(cuda_sample, cluster, per_node=True)
+    assert rc == 1
+    assert [(p["name"], p["node"], p["passed"], p["reason"]) for p in result["pods"]] == [
+        ("cuda-vectoradd-gpu-container-1", "gpu-container-1", True, None),
+        ("cuda-vectoradd-gpu-container-2", "gpu-container-1", False,
+         "ran on gpu-container-1, not on gpu-container-2, the node it was for")]
+    assert result["msg"].startswith(
+        "1 of 2 CUDA sample pods failed: cuda-vectoradd-gpu-container-2 on gpu-container-1: "
+        "ran on gpu-container-1, not on gpu-container-2, the node it was for")
+
+
+def test_cuda_sample_needs_exit_code_0_as_well_as_the_log(run):
+    cluster = sample_cluster()
+    finish(cluster, {"gpu-container-1": ("Succeeded", 3, PASSED_LOG)})
+    rc, result, _connects = run(cuda_sample, cluster)
+    assert rc == 1 and result["pods"][0]["passed"] is False and result["pods"][0]["reason"] == "exit code 3"
+
+
+def sample_of_another_run(phase, keep=False):
+    pod = rd.sample_pod("cuda-vectoradd", "default", "other-run")
+    if keep:
+        pod["metadata"]["labels"]["gpuplatform.rke2/cuda-sample-keep"] = "true"
+    pod["spec"]["nodeName"] = "gpu-container-2"
+    pod["status"] = {"phase": phase}
+    return pod
+
+
+def test_cuda_sample_does_not_delete_a_pod_another_run_may_still_use(run):
+    # Two runs with one name_prefix: the second finds the first's pod running under its name. It fails naming the pod,
+    # its run and the command that removes it (should that run have been killed), and deletes nothing.
+    nodes, pods = healthy_fleet()
+    cluster = sample_cluster(pods=pods + [sample_of_another_run("Running")])
+    rc, result, _connects = run(cuda_sample, cluster)
+    assert rc == 1 and result["msg"] == (
+        "pods cuda-vectoradd (run other-run, Running) belong to another cuda_sample run, which may still use them: "
+        "wait for it to end or choose another name_prefix; pods a killed run left are removed with: "
+        "kubectl delete pods -n default -l gpuplatform.rke2/cuda-sample-run=other-run")
+    assert cluster.created == [] and cluster.deleted == [] and not result.get("changed")
+
+
+def test_cuda_sample_replaces_only_a_kept_pod_that_ended(run):
+    nodes, pods = healthy_fleet()
+    cluster = sample_cluster(pods=pods + [sample_of_another_run("Running", keep=True)])
+    rc, result, _connects = run(cuda_sample, cluster)
+    assert rc == 1 and "(run other-run, Running) belong to another cuda_sample run" in result["msg"]
+    assert cluster.deleted == []
+    cluster = sample_cluster(pods=pods + [sample_of_another_run("Succeeded", keep=True)])
+    finish(cluster, {"gpu-container-1": ("Succeeded", 0, PASSED_LOG)})
+    rc, result, _connects = run(cuda_sample, cluster)
+    assert rc == 0 and cluster.deleted == ["cuda-vectoradd", "cuda-vectoradd"]
+
+
+def test_cuda_sample_keep_pods_names_the_pods_it_leaves_and_how_to_remove_them(run):
+    cluster = sample_cluster()
+    finish(cluster, {"gpu-container-1": ("Succeeded", 0, PASSED_LOG)})
+    rc, result, _connects = run(cuda_sample, cluster, keep_pods=True)
+    assert rc == 0 and result["changed"] is True and result["left_pods"] == ["cuda-vectoradd"]
+    assert result["remove_command"] == (
+        "kubectl delete pods -n default -l gpuplatform.rke2/cuda-sample-run=%s" % result["run_id"])
+    assert cluster.created[0]["metadata"]["labels"][rd.SAMPLE_LABEL_KEEP] == "true"
+
+
+def test_cuda_sample_deletes_by_name_only_a_pod_of_its_own_run(run, monkeypatch):
+    # The delete by the run's label fails after the pod went and another run created one under its name: the delete
+    # by name leaves that one alone.
+    cluster = sample_cluster()
+    finish(cluster, {"gpu-container-1": "0/4 nodes are available: 1 Insufficient nvidia.com/gpu."})
+    ours = []
+
+    def replaced_then_refused(namespace, label_selector):
+        pod = cluster.world["pods"]["default/cuda-vectoradd"]
+        ours.append(pod["metadata"]["labels"][rd.SAMPLE_LABEL_RUN])
+        cluster.apply("pods", "MODIFIED", dict(sample_of_another_run("Pending"), metadata=dict(
+            pod["metadata"], labels=dict(pod["metadata"]["labels"], **{rd.SAMPLE_LABEL_RUN: "other-run"}))))
+        raise k8s_wait.ApiError(500, "etcdserver: request timed out")
+
+    monkeypatch.setattr(cluster, "delete_pods", replaced_then_refused)
+    rc, result, _connects = run(cuda_sample, cluster, timeout=30)
+    assert rc == 1 and len(ours) == 1
+    assert cluster.deleted == []
+    assert cluster.world["pods"]["default/cuda-vectoradd"]["metadata"]["labels"][rd.SAMPLE_LABEL_RUN] == "other-run"
+    assert result["left_pods"] == [] and result["changed"] is False and result["run_id"] == ours[0]
+
+
+def test_cuda_sample_passes_and_names_the_pods_its_failing_deletes_left(run, monkeypatch):
+    cluster, _names = fleet_sample_cluster(2)
+
+    def refuse(*args):
+        raise k8s_wait.ApiError(503, "the server is currently unable to handle the request")
+
+    monkeypatch.setattr(cluster, "delete_pod", refuse)
+    monkeypatch.setattr(cluster, "delete_pods", refuse)
+    rc, result, _connects = run(cuda_sample, cluster, per_node=True)
+    names = ["cuda-vectoradd-gpu-container-1", "cuda-vectoradd-gpu-container-2"]
+    assert rc == 0 and result["changed"] is True
+    command = "kubectl delete pods -n default -l gpuplatform.rke2/cuda-sample-run=%s" % result["run_id"]
+    assert result["left_pods"] == names
+    assert result["remove_command"] == command
+    assert result["warnings"][-1]["event"]["msg"] == "pods %s may be left; remove them with: %s" % (
+        ", ".join(names), command)
+
+
 @pytest.mark.parametrize("args, message", [
     ({"nodes": ["gpu-1"]}, "nodes needs per_node: true"),
     ({"pattern": "Test (PASSED"}, "pattern: 'Test (PASSED' is not a regular expression"),
@@ -653,6 +771,53 @@ def test_helmchart_wait_waits_for_the_job_of_the_new_values(run):
                             ("MODIFIED", dict(new, status={"succeeded": 1}))])
     rc, result, _connects = run(helmchart_wait, cluster, name="gpu-operator")
     assert rc == 0 and result["elapsed"] == 33
+
+
+def revised(obj, revision, **metadata):
+    """``obj`` as one API server's storage wrote it at ``revision``."""
+    obj = copy.deepcopy(obj)
+    obj["metadata"].update(metadata, resourceVersion=str(revision))
+    return obj
+
+
+def test_helmchart_wait_orders_the_job_by_the_storage_not_by_two_servers_clocks(run):
+    # The chart's change was stamped by a server whose clock is 5 s ahead of the one that created the Job after it:
+    # by the times the Job predates the change; by the storage's revisions it follows it, and it completed.
+    chart = revised(helmchart(job_name="helm-install-gpu-operator", spec_time="2026-11-30T11:00:05Z"), 200,
+                    generation=2)
+    fresh = revised(job(created="2026-11-30T11:00:00Z", complete=True), 250)
+    cluster = FakeCluster(helmcharts=[chart], jobs=[fresh])
+    rc, result, _connects = run(helmchart_wait, cluster, name="gpu-operator", timeout=30)
+    assert rc == 0 and result["message"] == "Job helm-install-gpu-operator complete"
+
+
+def test_helmchart_wait_waits_past_a_job_older_than_the_change_whatever_its_clock_says(run):
+    # The old Job's creation was stamped by a server 30 s ahead: by the times it follows the change, by the revisions
+    # it predates it. The wait holds until helm-controller's new Job completes.
+    chart = revised(helmchart(job_name="helm-install-gpu-operator", spec_time="2026-11-30T10:00:00Z"), 300,
+                    generation=2)
+    old = revised(job(uid="old", created="2026-11-30T10:00:30Z", complete=True), 250)
+    new = job(uid="new", created="2026-11-30T10:00:02Z")
+    cluster = FakeCluster(helmcharts=[chart], jobs=[old])
+    cluster.rv = 400
+    cluster.script("jobs", [("advance", 2), ("DELETED", old), ("advance", 1), ("ADDED", new), ("advance", 30),
+                            ("MODIFIED", dict(new, status={"succeeded": 1}))])
+    rc, result, _connects = run(helmchart_wait, cluster, name="gpu-operator")
+    assert rc == 0 and result["elapsed"] == 33
+
+
+def test_helmchart_wait_does_not_take_a_job_suspended_for_its_replacement_for_done(run):
+    # helm-controller suspends the old, complete Job after the change, before it replaces it: that write follows the
+    # change, the install does not.
+    chart = revised(helmchart(job_name="helm-install-gpu-operator"), 300, generation=2)
+    old = revised(dict(job(uid="old", complete=True), spec={"suspend": True}), 310)
+    new = job(uid="new")
+    cluster = FakeCluster(helmcharts=[chart], jobs=[old])
+    cluster.rv = 400
+    cluster.script("jobs", [("advance", 3), ("DELETED", old), ("ADDED", new), ("advance", 10),
+                            ("MODIFIED", dict(new, status={"succeeded": 1}))])
+    rc, result, _connects = run(helmchart_wait, cluster, name="gpu-operator")
+    assert rc == 0 and result["elapsed"] == 13
 
 
 def test_helmchart_wait_timeout_says_what_it_saw_last(run):
