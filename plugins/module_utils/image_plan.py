@@ -29,7 +29,7 @@ import re
 
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
 from ansible_collections.gpuplatform.rke2.plugins.module_utils.operator_values import (
-    deep_merge, lookup, nested, node_workload_configs)
+    chart_line, deep_merge, lookup, nested, node_workload_configs)
 
 # Blocks whose version defaults to the chart's appVersion (the chart's
 # ``{{ .Values.x.version | default .Chart.AppVersion }}``); a released chart's appVersion
@@ -51,9 +51,15 @@ PER_OS_BLOCKS = ("driver", "vgpuManager") + DRIVER_SIDECARS
 NFD_VALUES_KEY = "node-feature-discovery.image"
 NFD_DEFAULT_REPOSITORY = "registry.k8s.io/nfd/node-feature-discovery"
 # NFD subchart version per gpu-operator chart version (the chart's Chart.yaml
-# dependencies; v26.3.2 from shared/reference/gpu-operator-v26.3.2/Chart.yaml). Other
-# versions: read from the chart archive, or set node-feature-discovery.image.tag.
-NFD_CHART_VERSIONS = {"v26.3.2": "0.18.3"}
+# dependencies; v26.3.2 from shared/reference/gpu-operator-v26.3.2/Chart.yaml, v26.3.3 and
+# v26.7.0 from shared/upstream/gpu-operator-<version>.tar.gz). Other versions: read from
+# the chart archive, or set node-feature-discovery.image.tag.
+NFD_CHART_VERSIONS = {"v26.3.2": "0.18.3", "v26.3.3": "0.18.3", "v26.7.0": "0.19.0"}
+# What a GPUCluster (v26.7 gpuCluster.deployCR) runs: the DRA driver and its validation (the validator's image)
+# beside these ClusterPolicy operands' images (its spec's dcgm and dcgmExporter; the driver through the
+# NVIDIADriver CRD).
+GPU_CLUSTER_BLOCKS = (("dra-driver", "draDriver"), ("dra-validation", "validator"))
+GPU_CLUSTER_OPERANDS = ("driver", "dcgm", "dcgm-exporter")
 
 _SHA = "sha256:"
 # A node that does not say (inventories written before per-host architectures) is amd64.
@@ -240,6 +246,17 @@ def workload_configs_present(node_configs, sandbox):
     return configs & set(om.WORKLOAD_CONFIGS)
 
 
+def image_os_tag(os_tag, chart_version):
+    """The OS part of a driver image tag as the chart version's operator writes it: ``rhel9.4`` -> ``rhel9`` on
+    v26.7 (RHEL, Rocky and Oracle Linux tagged by major version only), ``rhel10.1`` -> ``rhel10`` on v26.3."""
+    line = chart_line(chart_version) or {}
+    match = re.match(r"^([a-z]+)(\d+)(\.\d+)*$", str(os_tag or ""))
+    first_major = (line.get("os_tag_major_only") or {}).get(match.group(1)) if match else None
+    if first_major is not None and int(match.group(2)) >= first_major:
+        return match.group(1) + match.group(2)
+    return os_tag
+
+
 def _runs(node, node_configs, configs, operand_name):
     """The node runs ``operand_name``: its effective config has it and the node does not switch
     it off (``operands_disabled``, nvidia.com/gpu.deploy.<operand>=false)."""
@@ -294,9 +311,15 @@ def plan_images(effective, chart_version, nodes=(), os_tags=(), kernels=(), nfd_
     vm-passthrough, no device plugin on vm-vgpu, cc-manager on both; kubevirt: KubeVirt's
     device plugin, no cc-manager). Operands placed by node capability (MIG manager, MPS
     control daemon) are listed when enabled: which cards are MIG-capable, and where MPS
-    is configured, is not known before the nodes run."""
+    is configured, is not known before the nodes run. A v26.7 GPUCluster (``gpuCluster.deployCR``) adds the DRA
+    driver and its validation; without a ClusterPolicy (``clusterPolicy.deployCR: false``) only what the
+    GPUCluster runs is listed. Driver images carry each node's OS as this version's operator tags it
+    (``image_os_tag``)."""
     images, problems = [], []
     index = {}
+    # The nodes' OS as this version's operator tags driver images.
+    nodes = [dict(n, os_tag=image_os_tag(n["os_tag"], chart_version)) if n.get("os_tag") else n for n in nodes or ()]
+    os_tags = list(dict.fromkeys(image_os_tag(tag, chart_version) for tag in os_tags or ()))
     everywhere = set(cluster_architectures or ()) | set((n.get("arch") or DEFAULT_ARCH) for n in nodes or ())
     everywhere = everywhere or {DEFAULT_ARCH}
     arches = {"now": everywhere}
@@ -373,10 +396,17 @@ def plan_images(effective, chart_version, nodes=(), os_tags=(), kernels=(), nfd_
     # cc-manager runs (kata only), as the operator's isStateEnabled does.
     policy = om.policy_from_values(effective)
     mode = policy["sandbox_mode"]
+    gpu_cluster = lookup(effective, "gpuCluster.deployCR") is True
+    if gpu_cluster:
+        for component, path in GPU_CLUSTER_BLOCKS:
+            add_block(component, path)
+    cluster_policy = lookup(effective, "clusterPolicy.deployCR", True) is not False
     for operand in om.OPERANDS:
         present = set(o for o in configs if operand in om.operands_for_workload(o, mode))
         if not present or not policy["operands_enabled"].get(operand.name):
             continue
+        if not cluster_policy and not (gpu_cluster and operand.name in GPU_CLUSTER_OPERANDS):
+            continue  # no ClusterPolicy: only what the GPUCluster runs
         arches["now"] = _architectures(nodes, node_configs, present, operand.name, everywhere)
         if not arches["now"]:
             continue  # every node of its configs switches it off

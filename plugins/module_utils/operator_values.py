@@ -33,12 +33,60 @@ MANAGED_BY_LABEL = ("app.kubernetes.io/managed-by", "gpuplatform.rke2")
 #   nri:         cdi.nriPluginEnabled exists (from v26.3.0)
 #   volume_mounts_recipe: RKE2's v25.3 recipe (device list as volume mounts, runtimeClassName nvidia for GPU pods)
 #   sandbox_mode: sandboxWorkloads.mode (kubevirt | kata) is a value of the line
+#   versions_known: only the versions of KNOWN_CHART_VERSIONS on this line are rendered (the collection ships
+#                   their values.yaml and knows their image defaults and issues); False: any patch release, with
+#                   the values.yaml the site gives (chart_values_reference)
+#   v26_7: the v26.7 chart: a ClusterPolicy or a GPUCluster (DRA) stack (clusterPolicy.deployCR,
+#          gpuCluster.deployCR), the DCGM exporter's ServiceMonitor on by default, and its validations.yaml
+#          refusing the NRI plugin without the toolkit and a device plugin config to create without a name or data
+#   os_tag_major_only: {os-release ID: first major version} whose driver images the operator tags
+#                      <ID><major> without the minor (getGPUNodeOSInfo: v26.3 for Rocky and RHEL 10+, v26.7 for
+#                      RHEL, Rocky and Oracle Linux); other OSes keep <ID><VERSION_ID>
 CHART_LINES = {
-    (25, 3): {"name": "v25.3", "cdi_default": False, "nri": False, "volume_mounts_recipe": True, "sandbox_mode": False},
-    (25, 10): {"name": "v25.10", "cdi_default": True, "nri": False, "volume_mounts_recipe": False, "sandbox_mode": False},
-    (26, 3): {"name": "v26.3", "cdi_default": True, "nri": True, "volume_mounts_recipe": False, "sandbox_mode": True},
+    (25, 3): {"name": "v25.3", "cdi_default": False, "nri": False, "volume_mounts_recipe": True, "sandbox_mode": False,
+              "versions_known": False, "v26_7": False, "os_tag_major_only": {}},
+    (25, 10): {"name": "v25.10", "cdi_default": True, "nri": False, "volume_mounts_recipe": False,
+               "sandbox_mode": False, "versions_known": False, "v26_7": False, "os_tag_major_only": {}},
+    (26, 3): {"name": "v26.3", "cdi_default": True, "nri": True, "volume_mounts_recipe": False, "sandbox_mode": True,
+              "versions_known": True, "v26_7": False, "os_tag_major_only": {"rocky": 0, "rhel": 10}},
+    (26, 7): {"name": "v26.7", "cdi_default": True, "nri": True, "volume_mounts_recipe": False, "sandbox_mode": True,
+              "versions_known": True, "v26_7": True, "os_tag_major_only": {"rocky": 0, "rhel": 0, "ol": 0}},
 }
 DEFAULT_CHART_VERSION = "v26.3.2"
+# The chart versions this collection knows: roles/gpu_operator/files holds each one's values.yaml (its own key
+# check and image defaults), image_plan.NFD_CHART_VERSIONS its NFD subchart, KNOWN_ISSUES what is wrong with it.
+KNOWN_CHART_VERSIONS = ("v26.3.2", "v26.3.3", "v26.7.0")
+
+# What is known to be wrong with a chart version, each with its upstream source; gpu_operator_chart warns once
+# per run when a site renders an affected version.
+KNOWN_ISSUES = (
+    {"versions": ("v26.3.2",), "fixed_in": "v26.3.3", "component": "device plugin v0.19.2",
+     "summary": "it injects every InfiniBand device (/dev/infiniband/uverbs*) into every GPU container: device "
+                "plugin v0.19.0 turned its MOFED (and GDS, GDRCopy) switches on by default, which breaks RDMA/NCCL "
+                "jobs whose RDMA devices another device plugin or DRA driver hands out; device plugin v0.19.3 "
+                "reverts the defaults",
+     "source": "https://github.com/NVIDIA/k8s-device-plugin/issues/1692 (fix: NVIDIA/k8s-device-plugin#1837, "
+               "released in https://github.com/NVIDIA/k8s-device-plugin/releases/tag/v0.19.3)"},
+)
+
+# Values keys of one known chart version that another does not have (the v26.7.0 chart's new keys; its
+# values.yaml and templates against v26.3.x's; tests/unit checks this against the shipped values files), by
+# the versions that have them. ``hostPaths.kubeletRootDir`` and ``operator.metrics`` are read by v26.7.0's
+# templates but only shown commented out in its values.yaml.
+VERSIONED_KEYS = dict((key, ("v26.7.0",)) for key in (
+    "clusterPolicy", "gpuCluster", "draDriver", "operator.env", "operator.nodeSelector",
+    "dcgmExporter.serviceMonitor.scrapeTimeout", "hostPaths.kubeletRootDir", "operator.metrics"))
+# Keys a chart line's templates no longer read (v26.3.x's templates read them): refused, as setting them
+# would change nothing.
+IGNORED_KEYS = {
+    (26, 7): {
+        "operator.initContainer": "v26.7.0's ClusterPolicy template no longer renders it (v26.3.x rendered "
+                                  "spec.operator.initContainer, deprecated in the CRD)",
+        "cdi.default": "v26.7.0's ClusterPolicy template no longer renders spec.cdi.default (v26.3.x did)",
+        "driver.nvidiaDriverCRD.nodeSelector": "v26.7.0's default NVIDIADriver no longer takes it (v26.3.x set "
+                                               "its spec.nodeSelector from it)",
+    },
+}
 
 # The toolkit env of RKE2's v25.3 recipe, and the device plugin's, beside CONTAINERD_SOCKET.
 VOLUME_MOUNTS_TOOLKIT_ENV = (
@@ -84,6 +132,8 @@ CHART_KEYS_OUTSIDE_VALUES = (
     "dcgmExporter.podLabelAllowlistRegex",
     "node-feature-discovery.image",
 )
+# The same, per chart line.
+CHART_KEYS_OUTSIDE_VALUES_BY_LINE = {(26, 7): ("hostPaths.kubeletRootDir", "operator.metrics")}
 
 # RKE2 releases whose containerd is 2.1 or later, by Kubernetes minor: the first patch
 # release (with rke2r1) that ships it. Every minor from 1.35 on has it; 1.30 and older never.
@@ -120,6 +170,37 @@ def chart_line(version):
     """The CHART_LINES entry of a chart version, or None for an unsupported line."""
     parsed = parse_chart_version(version)
     return CHART_LINES.get(parsed[:2]) if parsed else None
+
+
+def canonical_version(version):
+    """``26.3.2`` -> ``v26.3.2``: versions as KNOWN_CHART_VERSIONS writes them."""
+    return "v" + str(version or "").lstrip("v")
+
+
+def version_problems(version, key="chart_version"):
+    """Why the collection cannot render ``version``: not a chart version, not on a supported line, or not one of
+    the KNOWN_CHART_VERSIONS of a line whose versions it tracks; [] when it can. ``key``: the setting named in
+    the message (the module's option, or the site file's key)."""
+    known = ", ".join(KNOWN_CHART_VERSIONS)
+    parsed = parse_chart_version(version)
+    if parsed is None:
+        return ["%s: %r is not a chart version (expected one of %s)" % (key, version, known)]
+    line = CHART_LINES.get(parsed[:2])
+    if line is None:
+        return ["%s: %s is not on a supported chart line (%s; the versions this collection knows: %s)"
+                % (key, version, ", ".join(l["name"] + ".x" for _k, l in sorted(CHART_LINES.items())), known)]
+    if line["versions_known"] and canonical_version(version) not in KNOWN_CHART_VERSIONS:
+        return ["%s: %s is not a version this collection knows (%s): it ships each one's values.yaml "
+                "and knows its images, values keys and issues" % (key, version, known)]
+    return []
+
+
+def known_issue_warnings(version):
+    """One warning per KNOWN_ISSUES entry that affects ``version``, naming the version that fixes it and the
+    upstream source."""
+    return ["GPU Operator %s, known issue of its %s: %s. Fixed in %s (set chart_version: %s). Source: %s"
+            % (version, issue["component"], issue["summary"], issue["fixed_in"], issue["fixed_in"], issue["source"])
+            for issue in KNOWN_ISSUES if canonical_version(version) in issue["versions"]]
 
 
 def parse_rke2_version(version):
@@ -282,6 +363,14 @@ def render_values(decisions):
     if line["nri"]:
         values["cdi"]["nriPluginEnabled"] = nri
 
+    if line["v26_7"]:
+        # Choices the v26.7 chart makes for a site, made here on purpose (a site turns either on through
+        # extra_values): its DCGM exporter ServiceMonitor is on by default, though only a cluster with the
+        # Prometheus Operator's ServiceMonitor CRD can hold one (without it the operator skips it silently), and
+        # the GPUCluster (DRA) stack, experimental, stays off like the chart's default says today.
+        values["dcgmExporter"] = {"serviceMonitor": {"enabled": False}}
+        values["gpuCluster"] = {"deployCR": False}
+
     sandbox = decisions.get("sandbox_workloads") or {}
     values["sandboxWorkloads"] = {"enabled": bool(sandbox.get("enabled"))}
     if sandbox.get("enabled"):
@@ -321,11 +410,8 @@ def decision_problems(decisions, nodes=None):
     problems = []
     version = decisions.get("chart_version")
     line = chart_line(version)
-    if parse_chart_version(version) is None:
-        return ["chart_version: %r is not a chart version (expected like %s)" % (version, DEFAULT_CHART_VERSION)]
-    if line is None:
-        return ["chart_version: %s is not on a supported chart line (%s)"
-                % (version, ", ".join(l["name"] + ".x" for _k, l in sorted(CHART_LINES.items())))]
+    if version_problems(version):
+        return version_problems(version)
 
     namespace = decisions.get("namespace") or ""
     if not re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", namespace) or len(namespace) > 63:
@@ -457,6 +543,9 @@ def values_problems(values, decisions, reference=None, rke2_version=None):
                                 "needs (containerd 2.1 comes with v1.31.13, v1.32.9, v1.33.5, v1.34.1 +rke2r1 and "
                                 "later)" % rke2_version)
 
+    if line["v26_7"]:
+        problems.extend(v26_7_problems(values, reference or {}, version))
+
     for path in sorted(ENUMERATED_VALUES):
         value = lookup(values, path)
         if value is not None and value not in ENUMERATED_VALUES[path]:
@@ -468,7 +557,35 @@ def values_problems(values, decisions, reference=None, rke2_version=None):
                             "%s): precompiled images are tagged <branch>-<kernel>-<os>"
                             % (driver_version, driver_version.split(".", 1)[0]))
     if reference is not None:
-        problems.extend(unknown_keys(values, reference))
+        problems.extend(unknown_keys(values, reference, version=version))
+    return problems
+
+
+def v26_7_problems(values, reference, version):
+    """What the v26.7 chart's validations.yaml would fail the install on, refused before anything changes with
+    the way out: the GPUCluster (DRA) stack beside a ClusterPolicy or without the NVIDIADriver CRD, the NRI
+    plugin without the toolkit, a device plugin config to create without its name or data."""
+    def value(path):
+        return lookup(values, path, lookup(reference, path))
+
+    problems = []
+    if value("gpuCluster.deployCR") is True:
+        if value("clusterPolicy.deployCR") is not False:
+            problems.append("gpuCluster.deployCR: true beside clusterPolicy.deployCR: true (true unless set): the "
+                            "GPUCluster (DRA) stack cannot run beside a ClusterPolicy (chart %s refuses both); set "
+                            "clusterPolicy.deployCR: false as well, or leave gpuCluster.deployCR off" % version)
+        if value("driver.enabled") is not False and value("driver.nvidiaDriverCRD.enabled") is not True:
+            problems.append("gpuCluster.deployCR: the GPUCluster stack runs the driver through the NVIDIADriver CRD: "
+                            "set driver.nvidiaDriverCRD.enabled: true (or driver.enabled: false for a host driver)")
+    if value("cdi.nriPluginEnabled") is True and value("toolkit.enabled") is False:
+        problems.append("cdi.nriPluginEnabled: chart %s refuses the NRI plugin with toolkit.enabled: false (\"the "
+                        "NRI Plugin cannot be enabled when the Container Toolkit is disabled\"): keep the toolkit on "
+                        "(with NRI it leaves containerd's config alone) or turn the NRI plugin off" % version)
+    if value("devicePlugin.config.create") is True:
+        for key in ("name", "data"):
+            if not value("devicePlugin.config." + key):
+                problems.append("devicePlugin.config.%s: chart %s refuses devicePlugin.config.create: true with an "
+                                "empty %s" % (key, version, key))
     return problems
 
 
@@ -485,22 +602,44 @@ def _not_one_of(path, value):
     return "%s: %r is not one of %s" % (path, value, ", ".join(ENUMERATED_VALUES[path]))
 
 
-def _allowed_outside(path):
-    return any(path == key or path.startswith(key + ".") for key in CHART_KEYS_OUTSIDE_VALUES)
+def _under(path, keys):
+    """The first of ``keys`` that ``path`` is or lies below, else None."""
+    for key in keys:
+        if path == key or path.startswith(key + "."):
+            return key
+    return None
 
 
-def unknown_keys(values, reference, prefix=""):
+def _allowed_outside(path, version=None):
+    parsed = parse_chart_version(version)
+    by_line = CHART_KEYS_OUTSIDE_VALUES_BY_LINE.get(parsed[:2], ()) if parsed else ()
+    return _under(path, CHART_KEYS_OUTSIDE_VALUES + by_line) is not None
+
+
+def unknown_keys(values, reference, prefix="", version=None):
     """Problems for every key of ``values`` the chart's values.yaml (``reference``) does
     not have. A map that is empty in values.yaml (labels, annotations, config data) is
-    free-form; lists are not looked into."""
+    free-form; lists are not looked into. With the chart ``version``: a key of another
+    known version (VERSIONED_KEYS) is named as such, and keys the version's templates
+    ignore (IGNORED_KEYS) are refused."""
     problems = []
+    parsed = parse_chart_version(version)
+    ignored = IGNORED_KEYS.get(parsed[:2], {}) if parsed else {}
     for key, value in sorted(values.items(), key=lambda kv: str(kv[0])):
         path = prefix + str(key)
-        if _allowed_outside(path):
+        if _under(path, ignored):
+            problems.append("%s: chart %s ignores it: %s" % (path, version, ignored[_under(path, ignored)]))
+            continue
+        if _allowed_outside(path, version):
             continue
         if key not in reference:
-            problems.append("%s: not a value of the chart (its values.yaml has no such key%s)"
-                            % (path, _did_you_mean(key, reference)))
+            versioned = _under(path, VERSIONED_KEYS)
+            if version and versioned and canonical_version(version) not in VERSIONED_KEYS[versioned]:
+                problems.append("%s: a value of chart %s, not of chart %s (chart_version): its values.yaml has no "
+                                "%s" % (path, " and ".join(VERSIONED_KEYS[versioned]), version, versioned))
+            else:
+                problems.append("%s: not a value of the chart (its values.yaml has no such key%s)"
+                                % (path, _did_you_mean(key, reference)))
             continue
         known = reference[key]
         if isinstance(known, dict) and known:
@@ -509,7 +648,7 @@ def unknown_keys(values, reference, prefix=""):
             if not isinstance(value, dict):
                 problems.append("%s: the chart expects a map here, got %r" % (path, value))
                 continue
-            problems.extend(unknown_keys(value, known, path + "."))
+            problems.extend(unknown_keys(value, known, path + ".", version))
         elif isinstance(value, dict) and known is not None and not isinstance(known, dict):
             problems.append("%s: the chart expects a %s here, not a map" % (path, type(known).__name__))
     return problems

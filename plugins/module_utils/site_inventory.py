@@ -27,6 +27,7 @@ import ipaddress
 import re
 
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import operator_values as ov
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2
 
 SCHEMA_VERSION = 1
@@ -297,6 +298,24 @@ def _rke2(check, site, cidr=None):
     return conf
 
 
+def _operator_version(check, operator):
+    """The chart version, checked here so that a site file names its own key: ``gpu_operator.version``, or
+    ``gpu_operator.chart_version`` (the role's older name for it); both given, they must agree."""
+    given = [(key, operator[key]) for key in ("version", "chart_version") if operator.get(key) is not None]
+    if len(given) == 2 and ov.canonical_version(given[0][1]) != ov.canonical_version(given[1][1]):
+        check.fail("gpu_operator.version", "%r and gpu_operator.chart_version %r disagree: give one (version)"
+                   % (given[0][1], given[1][1]))
+        return
+    for key, value in given[:1]:
+        if not isinstance(value, str):
+            check.fail("gpu_operator.%s" % key, "must be a chart version string like %s, got %r"
+                       % (ov.DEFAULT_CHART_VERSION, value))
+            continue
+        for problem in ov.version_problems(value, "gpu_operator.%s" % key):
+            key_name, _sep, message = problem.partition(": ")
+            check.fail(key_name, message)
+
+
 def validate(site, source="site file"):
     """The site file, checked; raises SiteError listing every problem. Returns the
     warnings (advice that does not stop rendering)."""
@@ -319,6 +338,7 @@ def validate(site, source="site file"):
     for key in (operator if isinstance(operator, dict) else {}):
         if not _VAR_NAME_RE.match(str(key)):
             check.fail("gpu_operator.%s" % key, "is not a variable name (it becomes gpu_operator_%s)" % key)
+    _operator_version(check, operator if isinstance(operator, dict) else {})
     check.mapping(site.get("ansible") or {}, "ansible", _ANSIBLE_KEYS)
     if check.problems:
         raise SiteError(source, check.problems)
@@ -466,6 +486,8 @@ def _group_vars(site):
     if site.get("gpu_models"):
         group_vars["gpu_models"] = site["gpu_models"]
     for key, value in (site.get("gpu_operator") or {}).items():
+        if key in ("version", "chart_version"):
+            value = ov.canonical_version(value)  # v26.3.3, as the chart and the role's values files name it
         group_vars["gpu_operator_" + key] = value
     return group_vars
 

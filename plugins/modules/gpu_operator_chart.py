@@ -33,7 +33,19 @@ options:
     default: gpu-operator
   chart_version:
     description:
-      - The gpu-operator chart version. Supported chart lines are v25.3.x, v25.10.x and v26.3.x.
+      - The gpu-operator chart version. The collection knows v26.3.2, v26.3.3 and v26.7.0 (the role ships each
+        one's C(values.yaml), and their image defaults, values keys and known issues are part of the module); any
+        other v26.3 or v26.7 version is refused, naming these. Chart lines v25.3.x and v25.10.x render with the
+        C(values.yaml) given in O(chart_values_reference).
+      - A values key of one known version used with another is refused naming the key and the versions that have
+        it (for example C(draDriver), C(gpuCluster), C(clusterPolicy), C(operator.env), C(operator.nodeSelector) are
+        v26.7.0's), and so are keys a version's templates ignore (on v26.7.0 C(operator.initContainer),
+        C(cdi.default), C(driver.nvidiaDriverCRD.nodeSelector)).
+      - On v26.7.0 the values set C(dcgmExporter.serviceMonitor.enabled=false) (the chart's default is true; a
+        ServiceMonitor needs the Prometheus Operator's CRD) and C(gpuCluster.deployCR=false); O(extra_values) turns
+        either on. A GPUCluster beside a ClusterPolicy, and the NRI plugin without the toolkit, are refused.
+      - The module warns, once per run, about the known issues of the chosen version (v26.3.2's device plugin
+        injects every InfiniBand device into GPU containers; v26.3.3 fixes it).
     type: str
     default: v26.3.2
   chart_repo:
@@ -391,7 +403,7 @@ def render(params, reference, archive_bytes=None, rke2_image_lists=()):
         problems.append("name: %r is not an RFC 1123 name (RKE2 skips manifest files and Kubernetes refuses objects "
                         "named otherwise)" % params["name"])
     problems.extend(ip.mirror_problems(mirror))
-    if ov.chart_line(version) is None:
+    if ov.chart_line(version) is None or ov.version_problems(version):
         raise ov.ValuesError(problems)
 
     content, nfd_version = None, ip.NFD_CHART_VERSIONS.get(version)
@@ -472,6 +484,10 @@ def _read(module, option, path, binary=False):
         module.fail_json(msg="%s: cannot read %s: %s" % (option, path, to_native(exc)))
 
 
+def _refuse(module, problems):
+    module.fail_json(msg="GPU Operator values refused: %s" % "; ".join(problems), problems=problems)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -526,6 +542,9 @@ def main():
     )
     if not manifest_yaml.HAS_YAML:
         module.fail_json(msg="PyYAML is required on the controller: %s" % manifest_yaml.YAML_IMPORT_ERROR)
+    # A version the collection does not know is named as such, not as a values file that is missing.
+    if ov.version_problems(module.params["chart_version"]):
+        _refuse(module, ov.version_problems(module.params["chart_version"]))
     reference_path = module.params["chart_values_reference"]
     try:
         reference = manifest_yaml.load_mapping(_read(module, "chart_values_reference", reference_path))
@@ -540,8 +559,9 @@ def main():
     try:
         result = render(module.params, reference, archive, lists)
     except ov.ValuesError as exc:
-        module.fail_json(msg="GPU Operator values refused: %s" % "; ".join(exc.problems), problems=exc.problems)
-    for warning in result.pop("warnings"):
+        _refuse(module, exc.problems)
+    # Known issues of the chosen version (ov.KNOWN_ISSUES), once per run: the role renders on the controller once.
+    for warning in ov.known_issue_warnings(module.params["chart_version"]) + result.pop("warnings"):
         module.warn(warning)
     module.exit_json(changed=False, **result)
 

@@ -216,8 +216,12 @@ def test_a_mirror_on_an_older_line_with_the_nfd_tag_given(capsys):
     (dict(image_registry="http://registry.site"), "image_registry: 'http://registry.site' is not a registry"),
     (dict(name="GPU-Operator"), "name: 'GPU-Operator' is not an RFC 1123 name"),
     (dict(chart_version="v24.9.2"), "chart_version: v24.9.2 is not on a supported chart line"),
-    (dict(chart_version="v26.3.1", chart_archive=ARCHIVE),
-     "chart_archive: holds chart gpu-operator v26.3.2, not gpu-operator v26.3.1"),
+    (dict(chart_version="v26.3.3", chart_archive=ARCHIVE),
+     "chart_archive: holds chart gpu-operator v26.3.2, not gpu-operator v26.3.3"),
+    (dict(chart_version="v26.3.1"), "chart_version: v26.3.1 is not a version this collection knows (v26.3.2, "
+                                    "v26.3.3, v26.7.0)"),
+    (dict(chart_version="v26.7.1", chart_values_reference="/nonexistent/gpu-operator-v26.7.1-values.yaml"),
+     "chart_version: v26.7.1 is not a version this collection knows (v26.3.2, v26.3.3, v26.7.0)"),
     (dict(chart_archive=RKE2_IMAGES), "chart_archive: not a chart archive"),
 ])
 def test_invalid_combinations_fail_naming_the_key(capsys, args, problem):

@@ -34,7 +34,7 @@ def problems_of(reference, nodes=None, rke2_version=None, **overrides):
 
 @pytest.mark.parametrize("version, line", [
     ("v26.3.2", "v26.3"), ("26.3.0", "v26.3"), ("v25.10.1", "v25.10"), ("v25.3.4", "v25.3"),
-    ("v24.9.2", None), ("v26.7.0", None),
+    ("v24.9.2", None), ("v26.7.0", "v26.7"), ("v26.9.0", None),
 ])
 def test_chart_lines(version, line):
     found = ov.chart_line(version)
@@ -149,8 +149,13 @@ def test_defaults_are_valid_on_every_line(reference):
     (dict(nri_plugin_enabled=True), "1.33", ["rke2_version: '1.33' is not an RKE2 version (expected like "
                                              "v1.33.5+rke2r1)"]),
     (dict(chart_version="v24.9.2"), None,
-     ["chart_version: v24.9.2 is not on a supported chart line (v25.3.x, v25.10.x, v26.3.x)"]),
-    (dict(chart_version="latest"), None, ["chart_version: 'latest' is not a chart version (expected like v26.3.2)"]),
+     ["chart_version: v24.9.2 is not on a supported chart line (v25.3.x, v25.10.x, v26.3.x, v26.7.x; the versions "
+      "this collection knows: v26.3.2, v26.3.3, v26.7.0)"]),
+    (dict(chart_version="latest"), None,
+     ["chart_version: 'latest' is not a chart version (expected one of v26.3.2, v26.3.3, v26.7.0)"]),
+    (dict(chart_version="v26.3.1"), None,
+     ["chart_version: v26.3.1 is not a version this collection knows (v26.3.2, v26.3.3, v26.7.0): it ships each "
+      "one's values.yaml and knows its images, values keys and issues"]),
     (dict(namespace="GPU_Operator"), None,
      ["namespace: 'GPU_Operator' is not a valid namespace name (RFC 1123 label)"]),
     (dict(mig_strategy="half"), None, ["mig.strategy: 'half' is not one of none, single, mixed"]),

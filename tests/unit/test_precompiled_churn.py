@@ -93,4 +93,6 @@ def test_the_module_warns_and_still_renders(capsys, monkeypatch):
     warnings = [w["event"]["msg"] if isinstance(w, dict) else w for w in result.get("warnings", ())]
     assert any("gpu-spark-1" in w and "never stops reconciling" in w for w in warnings), result
     rc, result = _module(capsys, monkeypatch, gpu_nodes=FLEET)
-    assert rc == 0 and not result.get("warnings"), result
+    # Only v26.3.2's known issue (test_chart_versions) is left.
+    warnings = [w["event"]["msg"] if isinstance(w, dict) else w for w in result.get("warnings", ())]
+    assert rc == 0 and [w for w in warnings if "known issue" not in w] == [], result

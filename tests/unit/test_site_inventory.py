@@ -154,6 +154,14 @@ def test_two_servers_warn_about_etcd_quorum():
      "gpu_models.A10.pci_vendor_selector: '10de-2236' is not VVVV:DDDD"),
     (dict(gpu_models={"A10": {"pci_device_name": "x"}}), "gpu_models.A10.pci_vendor_selector: is required"),
     (dict(gpu_operator={"Sandbox-Workloads": {}}), "gpu_operator.Sandbox-Workloads: is not a variable name"),
+    (dict(gpu_operator={"version": "v26.3.9"}),
+     "gpu_operator.version: v26.3.9 is not a version this collection knows (v26.3.2, v26.3.3, v26.7.0)"),
+    (dict(gpu_operator={"version": "v27.1.0"}), "gpu_operator.version: v27.1.0 is not on a supported chart line"),
+    (dict(gpu_operator={"version": "latest"}), "gpu_operator.version: 'latest' is not a chart version"),
+    (dict(gpu_operator={"version": 26.7}), "gpu_operator.version: must be a chart version string"),
+    (dict(gpu_operator={"chart_version": "v26.7.1"}), "gpu_operator.chart_version: v26.7.1 is not a version"),
+    (dict(gpu_operator={"version": "v26.7.0", "chart_version": "v26.3.3"}),
+     "gpu_operator.version: 'v26.7.0' and gpu_operator.chart_version 'v26.3.3' disagree"),
     (dict(hosts=[]), "hosts: unknown key"),
     (dict(nodes__1__arch="aarch64"), "nodes[1].arch: 'aarch64' is not one of amd64, arm64 (as kubernetes.io/arch"),
     (dict(schema=2), "schema: version 2 is not supported"),
@@ -192,6 +200,15 @@ def test_a_site_with_arm64_hosts_gives_every_hosts_architecture():
 def test_every_problem_is_reported_at_once():
     problems = _problems(_site(nodes__1__role="worker", nodes__2__address="10.0.0.1", rke2__version="latest"))
     assert len(problems) == 3, problems
+
+
+@pytest.mark.parametrize("operator", [{"version": "v26.7.0"}, {"version": "26.3.3"}, {"chart_version": "v26.3.3"},
+                                      {"version": "v26.7.0", "chart_version": "26.7.0"}])
+def test_a_known_operator_version_passes_to_the_role(operator):
+    site = _site(gpu_operator=operator)
+    si.validate(site)
+    group_vars = si.inventory(site)[1]
+    assert all(group_vars["gpu_operator_" + key] == "v" + value.lstrip("v") for key, value in operator.items())
 
 
 def test_render_is_yaml_with_a_do_not_edit_header():
