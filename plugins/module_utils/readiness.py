@@ -1014,33 +1014,18 @@ def spec_changed_at(obj):
     return max(times) if times else None
 
 
-def _revision(obj):
-    """``metadata.resourceVersion`` as the integer the API server's storage counts in, or
-    None when it is not one (KEP-5504: a positive decimal without leading zeros)."""
-    value = _meta(obj).get("resourceVersion")
-    if isinstance(value, str) and value.isdigit() and not value.startswith("0"):
-        return int(value)
-    return None
+def job_predates_spec(job, chart):
+    """Why ``job`` cannot be the install of ``chart``'s current spec, or None: it was
+    created before the chart's newest spec entry in ``managedFields``.
 
-
-def job_predates_spec(job, chart, spec_revision):
-    """Why ``job`` cannot be the install of ``chart``'s current spec, or None.
-
-    Ordered by one clock only: the storage revision (resourceVersion) of the Job's last
-    write against ``spec_revision``, the chart's at its current generation (etcd, and
-    kine, count one revision for every kind, so a Job written after the chart changed has
-    a higher one). helm-controller writes a Job after the spec change in every case that
-    matters: it creates the new one, or suspends the old one before it replaces it (a
-    suspended Job is never taken for done, see helmchart_condition). Creation and
-    managedFields times are stamped by whichever API server took the write: with two
-    servers, their clocks' skew reorders them. They decide only where a resourceVersion
-    is not a number."""
-    job_revision = _revision(job)
-    if job_revision is not None and spec_revision is not None:
-        if job_revision > spec_revision:
-            return None
-        return "Job %s (last written at resourceVersion %d) predates the HelmChart's generation %s (resourceVersion " \
-               "%d)" % (_name(job), job_revision, _meta(chart).get("generation"), spec_revision)
+    Why times, which each API server of an HA control plane stamps with its own clock,
+    and not the storage's revisions: neither object's resourceVersion dates the change.
+    helm-controller writes the chart's status after it creates the Job, so an installed
+    chart's revision is above its own Job's (seen on the lab's real helm-controller), and
+    a Job's revision moves with every status write, so an old Job that completes after the
+    change looks newer than it. A suspended Job (helm-controller creates each Job
+    suspended, and suspends the old one before it replaces it) is never done either way
+    (helmchart_condition)."""
     changed = spec_changed_at(chart)
     created = _timestamp(_meta(job).get("creationTimestamp"))
     if changed and created and created < changed:
@@ -1076,19 +1061,6 @@ def helmchart_condition(name, namespace):
     """helm-controller installed the HelmChart: its install Job, created after the
     chart's last spec change, completed. A Failed condition on the chart or a failed
     attempt of the Job ends the wait at once (``detail["failed"]``)."""
-    # The lowest resourceVersion the wait saw the chart at, at its current generation
-    # (exact when the wait saw the change itself, an upper bound of it otherwise).
-    seen = {"generation": None, "revision": None}
-
-    def spec_revision(chart):
-        generation = (_meta(chart).get("uid"), _meta(chart).get("generation"))
-        revision = _revision(chart)
-        if generation != seen["generation"] or seen["revision"] is None:
-            seen.update(generation=generation, revision=revision)
-        elif revision is not None:
-            seen["revision"] = min(seen["revision"], revision)
-        return seen["revision"]
-
     def condition(cache):
         chart = (cache.get("helmcharts") or {}).get("%s/%s" % (namespace, name))
         detail = {"failed": False, "job": None, "pod": None, "container": None, "previous": False,
@@ -1097,7 +1069,6 @@ def helmchart_condition(name, namespace):
             detail["message"] = "HelmChart %s/%s not found" % (namespace, name)
             return False, detail
         ko.read("HelmChart", chart)
-        chart_revision = spec_revision(chart)
         if _meta(chart).get("deletionTimestamp"):
             detail.update(failed=True, message="HelmChart %s/%s is being deleted (since %s)" % (
                 namespace, name, _meta(chart)["deletionTimestamp"]))
@@ -1118,7 +1089,7 @@ def helmchart_condition(name, namespace):
             return False, detail
         ko.read("Job", job)
         detail["job"] = job_name
-        stale = job_predates_spec(job, chart, chart_revision)
+        stale = job_predates_spec(job, chart)
         if stale:
             detail["message"] = "%s: waiting for helm-controller to replace it" % stale
             return False, detail

@@ -16,12 +16,10 @@ description:
     Kubernetes API (one list and one long watch each, not polling) until helm-controller has installed the chart,
     that is until the chart names its Job in C(status.jobName) and that Job, written after the chart's last spec
     change, completed.
-  - "A Job older than the chart's last spec change ran the previous values; the module waits for helm-controller to
-    replace it, so a values change is waited for, not mistaken for done. The order is the API server storage's own:
-    the Job's C(metadata.resourceVersion) against the chart's at its current C(metadata.generation) (etcd and kine
-    count one revision for all kinds), never timestamps, which each API server of an HA control plane stamps with
-    its own clock. A suspended Job is never done (helm-controller creates each Job suspended, and suspends the old
-    one before it replaces it)."
+  - A Job created before the chart's last spec change (its newest spec entry in C(managedFields)) ran the previous
+    values; the module waits for helm-controller to replace it, so a values change is waited for, not mistaken for
+    done. A suspended Job is never done (helm-controller creates each Job suspended, and suspends the old one
+    before it replaces it).
   - Fails at once, not after the Job's 1000 retries, when the HelmChart has a C(Failed) condition or an attempt of
     the Job failed (a container that exited non-zero, C(CrashLoopBackOff), a C(Failed) pod or Job), with the reason
     and the last lines of the Job pod's log when readable.
@@ -62,12 +60,10 @@ attributes:
 notes:
   - A change made only through a C(HelmChartConfig) does not change the chart's generation and is not seen, so the
     module may return on the previous install Job in that case.
-  - "The wait knows the revision of the chart's current generation exactly when it saw the change, otherwise only
-    the chart's revision when it first saw it: a chart written again (a label, an annotation) after its Job
-    completed and before the wait started makes the wait hold for a Job helm-controller does not create, and its
-    timeout says which Job predates which revision."
-  - Only where a C(resourceVersion) is not a number (KEP-5504) does the module fall back to comparing the Job's
-    creation time with the chart's newest spec entry in C(managedFields).
+  - "The order of the change and the Job is by time: each API server of an HA control plane stamps its writes with
+    its own clock, so servers whose clocks disagree by more than the moment between a change and its Job can
+    reorder them. The storage's resourceVersions do not date the change: helm-controller writes the chart's status
+    after it creates the Job, and a Job's revision moves with each of its status writes."
 """
 
 EXAMPLES = r"""
