@@ -30,9 +30,11 @@ export PYTHONPATH := $(COLL_ROOT)
 
 # Every site step runs ansible-playbook on inventories/$(SITE)/hosts.yml; SITE=lab talks to the
 # lab's API server unless K8S_AUTH_KUBECONFIG says otherwise.
-# The lab site's HelmChart points at the lab's chart repository (LAB_CHART_REPO, from labctl env).
+# The lab site's HelmChart points at the lab's chart repository (LAB_CHART_REPO, from labctl env), and names
+# the version the lab runs (GPU_OPERATOR_VERSION, from labctl env: the lab's, whatever make was given).
 SITE_ENV = $(if $(filter lab,$(SITE)),K8S_AUTH_KUBECONFIG=$${K8S_AUTH_KUBECONFIG:-$(KUBECONFIG_LAB)} \
-  LAB_CHART_REPO=$${LAB_CHART_REPO:-$$($(PY) -m tests.lab.labctl env 2>/dev/null | sed -n 's/^LAB_CHART_REPO=//p')})
+  LAB_CHART_REPO=$${LAB_CHART_REPO:-$$($(PY) -m tests.lab.labctl env 2>/dev/null | sed -n 's/^LAB_CHART_REPO=//p')} \
+  GPU_OPERATOR_VERSION=$$($(PY) -m tests.lab.labctl env 2>/dev/null | sed -n 's/^GPU_OPERATOR_VERSION=//p'))
 # SITE=lab: the inventory of the fleet the lab runs (a generated one after `make lab-up LAB_NODES=n`).
 SITE_INVENTORY = $(if $(filter lab,$(SITE)),$${LAB_INVENTORY:-$$($(PY) -m tests.lab.labctl env 2>/dev/null | \
   sed -n 's/^LAB_INVENTORY=//p')},inventories/$(SITE)/hosts.yml)
@@ -93,7 +95,7 @@ lab-status: venv ## show the lab's processes, kubeconfig and nodes
 	$(PY) -m tests.lab.labctl status
 
 # ---------------------------------------------------------------- tests
-.PHONY: test lint sanity unit integration rke2-binary-tests molecule build-collection docs-check
+.PHONY: test lint sanity unit integration conformance-versions rke2-binary-tests molecule build-collection docs-check
 # The lab binaries build (cold: about half an hour on 2 cores, docs/lab.md) while the suites that need no lab run:
 # those are mostly single-threaded, and a cold CI run would otherwise leave a core idle for their length.
 # The lab suites then run beside the real rke2's build and, once it is there, the suites that need only that
@@ -121,7 +123,7 @@ test: venv ## every test: lint, sanity, unit, lab integration, molecule
 	    tail -n 2 $(RKE2_BUILD_LOG); $(MAKE) --no-print-directory rke2-binary-tests && \
 	    $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS=rke2' > $(RKE2_SUITES_LOG) 2>&1 & side=$$!; \
 	  trap 'kill -- -$$side 2>/dev/null' EXIT; \
-	  $(MAKE) integration || exit 1; \
+	  $(MAKE) integration conformance-versions || exit 1; \
 	  echo "rke2 side: waiting for the build, tests/rke2 and molecule/rke2 (log: $(RKE2_SUITES_LOG))"; \
 	  wait $$side; rc=$$?; trap - EXIT; \
 	  echo "---------------- rke2 side (the real rke2's build, tests/rke2, molecule/rke2): its output"; \
@@ -154,6 +156,15 @@ unit: venv browser ## unit tests (pure logic, no cluster; the report's page in D
 integration: venv lab-binaries ## lab integration tests (brings the lab up for the session)
 	$(call say,lab integration tests)
 	$(PY) -m pytest tests/integration -q -rs --durations=25
+
+# The GPU Operator lines beside the ADR's v26.3.2 that the conformance suite also judges, each by its own real
+# operator and chart (built on first use: about 3 minutes on 2 cores; docs/gpu-operator.md, chart versions).
+CONFORMANCE_VERSIONS ?= v26.7.0
+conformance-versions: venv lab-binaries ## the operand model against the real operator of each CONFORMANCE_VERSIONS line
+	@for version in $(CONFORMANCE_VERSIONS); do \
+	  echo "==> conformance: the operand model against the real GPU Operator $$version"; \
+	  GPU_OPERATOR_VERSION=$$version $(PY) -m pytest tests/integration/test_operator_conformance_lab.py -q -rs \
+	    --durations=5 || exit 1; done
 
 rke2-binary-tests: venv lab-build ## the checks against the real rke2 binary (tests/rke2: the server-only key list)
 	$(call say,checks against the real rke2 binary)

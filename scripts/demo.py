@@ -244,8 +244,9 @@ def main():
     story_isolation(lab)
     story_toolkit(lab)
     story_pending(lab)
-    say("Done. The lab keeps running (make lab-status, make lab-down); a second make demo reports changed=0 "
-        "and fails on %s the same way." % TAINTED_NODE)
+    say("Done, on GPU Operator %s (make demo GPU_OPERATOR_VERSION=v26.7.0 runs another line). The lab keeps "
+        "running (make lab-status, make lab-down); a second make demo reports changed=0 and fails on %s the same "
+        "way." % (lab.operator_version(), TAINTED_NODE))
 
 
 if __name__ == "__main__":

@@ -101,6 +101,9 @@ def _row(cells):
     return "| " + " | ".join(cells) + " |"
 
 
+VERSIONED_LABEL_ON = "every GPU node, each workload config, `true` when absent; removed with the other deploy labels"
+
+
 def render():
     lines = [
         "# Operand model",
@@ -207,6 +210,14 @@ def render():
         "It also writes `%s=%s` on a MIG-capable node without one (migManager enabled, its config default"
         % (om.MIG_CONFIG_LABEL, om.MIG_CONFIG_DISABLED),
         "`%s`). It never writes `%s`." % (om.MIG_CONFIG_DISABLED, om.DEPLOY_PRE_INSTALLED),
+        "",
+        "By operator line (`operand_model.VERSIONED_STATE_LABELS`; the model takes the line from the chart version,",
+        "`policy_from_values(..., operator_version=...)`, and without one is v26.3's):",
+        "",
+        _row(("label", "written from", "on", "what selects on it")),
+        _row(("---",) * 4),
+    ] + [_row(("`%s`" % key, "v%d.%d" % since, VERSIONED_LABEL_ON, "no DaemonSet of the ClusterPolicy stack"))
+         for key, since in om.VERSIONED_STATE_LABELS] + [
         "",
         "## Resource names",
         "",

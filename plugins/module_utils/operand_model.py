@@ -255,6 +255,27 @@ STATE_LABEL_OPERANDS = {
     VM_VGPU: ("sandbox-device-plugin", "vgpu-manager", "vgpu-device-manager", "sandbox-validator", "cc-manager"),
 }
 
+# Deploy labels the operator writes on every GPU node beside its operands', with the first operator line that
+# writes them. v26.7.0 adds nvidia.com/gpu.deploy.client to each workload config's state labels
+# (controllers/state_manager.go gpuStateLabels): "true" unless set, removed with the others
+# (removeAllGPUStateLabels); no DaemonSet of the ClusterPolicy stack selects on it. Seen on the lab's real
+# v26.7.0 operator (tests/integration/test_operator_conformance_lab.py).
+CLIENT_LABEL = DEPLOY_LABEL_PREFIX + "client"
+VERSIONED_STATE_LABELS = ((CLIENT_LABEL, (26, 7)),)
+
+
+def operator_line(version):
+    """``v26.7.0`` -> (26, 7); None for None or what is not a version (the model then is v26.3's)."""
+    match = re.match(r"^v?(\d+)\.(\d+)(\.\d+)?$", str(version or "").strip())
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def extra_state_labels(version):
+    """The deploy labels beside the operands' that the operator ``version`` writes on every GPU node."""
+    line = operator_line(version)
+    return tuple(key for key, since in VERSIONED_STATE_LABELS if line is not None and line >= since)
+
+
 # Chart defaults of the values that decide the model (chart v26.3.2).
 CHART_DEFAULTS = {
     "namespace": DEFAULT_NAMESPACE,
@@ -409,11 +430,11 @@ def _apply_sandbox_rule(enabled, sandbox, mode=SANDBOX_MODE_KUBEVIRT):
     return enabled
 
 
-def policy_from_spec(spec, namespace=None):
+def policy_from_spec(spec, namespace=None, operator_version=None):
     """The settings that decide the model, from chart VALUES (what the role renders;
-    a ClusterPolicy spec shares their keys). Missing keys take the chart defaults.
-    For a live ClusterPolicy use policy_from_cluster_policy."""
-    return policy(spec=spec, overrides={"namespace": namespace})
+    a ClusterPolicy spec shares their keys) of the chart ``operator_version``. Missing
+    keys take the chart defaults. For a live ClusterPolicy use policy_from_cluster_policy."""
+    return policy(spec=spec, overrides={"namespace": namespace, "operator_version": operator_version})
 
 
 policy_from_values = policy_from_spec
@@ -463,6 +484,8 @@ def policy(overrides=None, spec=None, live=False):
         mig_default = _lookup(spec, "migManager.config.default", MIG_CONFIG_DISABLED)
     result = {
         "namespace": DEFAULT_NAMESPACE,
+        # The operator's version (v26.7.0), where known: what it writes beyond v26.3 (extra_state_labels).
+        "operator_version": None,
         "sandbox_workloads_enabled": bool(_lookup(spec, "sandboxWorkloads.enabled",
                                                   CHART_DEFAULTS["sandbox_workloads_enabled"])),
         "default_workload": _lookup(spec, "sandboxWorkloads.defaultWorkload", CONTAINER) or CONTAINER,
@@ -625,6 +648,8 @@ def deploy_labels_for(config, labels, policy_):
             result[key] = labels.get(key, DEPLOY_TRUE)
         elif o.name == "mig-manager" and config == CONTAINER and (mig in labels or has_mig_capable_gpu(labels)):
             result[key] = labels.get(key, DEPLOY_TRUE)
+    for key in extra_state_labels(policy_.get("operator_version")):
+        result[key] = labels.get(key, DEPLOY_TRUE)
     return result
 
 
@@ -656,16 +681,17 @@ def operator_node_labels(labels, policy_):
     label removed; any other node is left alone (state_manager.go labelGPUNodes)."""
     labels = labels or {}
     result = {}
+    state_labels = STATE_LABELS + extra_state_labels(policy_.get("operator_version"))
     if is_gpu_node(labels):
         config = effective_workload_config(labels, policy_)[0]
         result[GPU_PRESENT_LABEL] = "true"
         desired = deploy_labels_for(config, labels, policy_)
         result.update(desired)
         result.update(mig_config_label_for(labels, policy_))
-        result.update((key, None) for key in STATE_LABELS if key in labels and key not in desired)
+        result.update((key, None) for key in state_labels if key in labels and key not in desired)
     elif labels.get(GPU_PRESENT_LABEL) == "true":
         result[GPU_PRESENT_LABEL] = "false"
-        result.update((key, None) for key in STATE_LABELS if key in labels)
+        result.update((key, None) for key in state_labels if key in labels)
     return result
 
 

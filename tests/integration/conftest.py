@@ -53,6 +53,8 @@ def lab():
         # Every ansible-playbook the suite runs renders the lab site's HelmChart, which points
         # at the lab's chart repository (inventories/lab/hosts.yml reads LAB_CHART_REPO).
         os.environ["LAB_CHART_REPO"] = instance.chart_repo_url()
+        # ... and renders it for the version the lab runs.
+        os.environ[upstream.VERSION_ENV] = instance.operator_version()
         yield instance
 
 
@@ -96,5 +98,6 @@ def real_operator(lab):
         if upstream.upstream_required():
             pytest.fail("LAB_REQUIRE_UPSTREAM=1, yet the lab runs the offline simulator")
         pytest.skip("needs the GPU Operator's upstream source (GPU_OPERATOR_SRC, ../shared/upstream/"
-                    "gpu-operator-v26.3.2.tar.gz, or a clone of the tag): this lab runs the offline simulator")
+                    "gpu-operator-%s.tar.gz, or a clone of the tag): this lab runs the offline simulator"
+                    % upstream.OPERATOR_TAG)
     return lab

@@ -7,7 +7,7 @@
 #                            kwok (sigs.k8s.io/kwok)             -> prints the bin folder
 #   build.sh helm-tools      helm (helm.sh/helm/v3) and helm-controller (github.com/k3s-io/
 #                            helm-controller), from the Go module proxy -> prints the bin folder
-#   build.sh gpu-operator SRC KEY
+#   build.sh gpu-operator SRC KEY VERSION
 #                            the GPU Operator from its source tree SRC (go build -mod=vendor,
 #                            offline), cached under KEY (tests/lab/upstream.py resolves the
 #                            source and computes the key) -> prints the binary's path
@@ -23,7 +23,6 @@ K8S_VERSION=v1.34.4      # keep equal to k8s.io/kubernetes in gobuild/go.mod
 KWOK_VERSION=v0.8.0
 HELM_VERSION=v3.22.0
 HELM_CONTROLLER_VERSION=v0.16.27
-OPERATOR_VERSION=v26.3.2
 RKE2_VERSION=v1.34.1+rke2r1
 RKE2_COMMIT=98b87c78e2c5a09fd8ff07bcaf4f102db1894a93
 cache_root=${GPUPLATFORM_LAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpuplatform-rke2-lab}
@@ -96,12 +95,14 @@ helm_tools() {
 }
 
 gpu_operator() {
-  local src=$1 key=$2
+  # VERSION: the tag of SRC (tests/lab/upstream.py OPERATOR_TAG, which is part of KEY), stamped as the release
+  # stamps it.
+  local src=$1 key=$2 version=$3
   local out="$cache_root/gpu-operator-$key/gpu-operator"
   mkdir -p "$(dirname "$out")"
-  log "GPU Operator ${OPERATOR_VERSION} from $src; cache $(dirname "$out")"
+  log "GPU Operator ${version} from $src; cache $(dirname "$out")"
   CGO_ENABLED=0 GOFLAGS=-mod=vendor build_one gpu-operator "$out" "$src" ./cmd/gpu-operator \
-    "-s -w -X github.com/NVIDIA/gpu-operator/internal/info.version=${OPERATOR_VERSION}"
+    "-s -w -X github.com/NVIDIA/gpu-operator/internal/info.version=${version}"
   echo "$out"
 }
 
@@ -135,8 +136,9 @@ started=$SECONDS
 case "${1:-control-plane}" in
   control-plane) control_plane ;;
   helm-tools) helm_tools ;;
-  gpu-operator) [ $# -eq 3 ] || { echo "usage: $0 gpu-operator SRC KEY" >&2; exit 2; }; gpu_operator "$2" "$3" ;;
+  gpu-operator) [ $# -eq 4 ] || { echo "usage: $0 gpu-operator SRC KEY VERSION" >&2; exit 2; }
+    gpu_operator "$2" "$3" "$4" ;;
   rke2) [ $# -eq 3 ] || { echo "usage: $0 rke2 SRC KEY" >&2; exit 2; }; rke2 "$2" "$3" ;;
-  *) echo "usage: $0 [control-plane|helm-tools|gpu-operator SRC KEY|rke2 SRC KEY]" >&2; exit 2 ;;
+  *) echo "usage: $0 [control-plane|helm-tools|gpu-operator SRC KEY VERSION|rke2 SRC KEY]" >&2; exit 2 ;;
 esac
 log "${1:-control-plane} ready in $((SECONDS - started))s"

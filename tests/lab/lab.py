@@ -68,6 +68,8 @@ BINARY = {"node-agent": "tests.lab.node_agent", "helm-job-runner": "tests.lab.he
 SERVICE_CIDR = "10.96.0.0/16"
 OPERATOR_NAMESPACE = "gpu-operator"
 OPERATOR_VERSION = upstream.OPERATOR_TAG
+# The version the offline simulator plays, whatever GPU_OPERATOR_VERSION says (its reference manifests).
+SIMULATED_VERSION = "v26.3.2"
 # Where a HelmChart gets the chart when the lab has no repository of its own (offline mode
 # ignores it; the lab site's inventory reads LAB_CHART_REPO).
 PUBLIC_CHART_REPO = "https://helm.ngc.nvidia.com/nvidia"
@@ -241,7 +243,16 @@ class Lab(object):
         """What a subprocess talking to this lab needs: its kubeconfig (as kubernetes.core
         and kubectl read it) and the chart repository the lab site's HelmChart points at."""
         return {"K8S_AUTH_KUBECONFIG": self.kubeconfig, "KUBECONFIG": self.kubeconfig,
-                "LAB_CHART_REPO": self.chart_repo_url(), "LAB_INVENTORY": self.fleet_file}
+                "LAB_CHART_REPO": self.chart_repo_url(), "LAB_INVENTORY": self.fleet_file,
+                upstream.VERSION_ENV: self.operator_version()}
+
+    def operator_version(self):
+        """The GPU Operator version this lab runs: the real one it was started with, or the one the simulator
+        plays (v26.3.2: its manifests are that release's, tests/lab/reference)."""
+        state = self.state()
+        if state.get("mode") == "simulated":
+            return SIMULATED_VERSION
+        return state.get("operator_version") or OPERATOR_VERSION
 
     def chart_repo_url(self):
         return self.state().get("chart_repo") or PUBLIC_CHART_REPO
@@ -746,8 +757,9 @@ class Lab(object):
         except upstream.UpstreamMissing as exc:
             if upstream.upstream_required():
                 raise LabError("%s=1 and no GPU Operator source: %s" % (upstream.REQUIRE_ENV, "; ".join(exc.tried)))
-            log("no GPU Operator source (%s): running the offline simulator of helm-controller and the operator "
-                "(tests/lab/gpu_operator_sim.py) instead" % "; ".join(exc.tried))
+            log("no GPU Operator %s source (%s): running the offline simulator of helm-controller and the operator "
+                "(tests/lab/gpu_operator_sim.py) instead; it plays %s"
+                % (OPERATOR_VERSION, "; ".join(exc.tried), SIMULATED_VERSION))
             return "simulated", None
         return "real", source
 
@@ -767,6 +779,10 @@ class Lab(object):
 
     def _up(self):
         if self.is_up():
+            running = self.state().get("operator_version") or upstream.DEFAULT_OPERATOR_TAG
+            if self.state().get("mode") == "real" and running != OPERATOR_VERSION:
+                raise LabError("the lab in %s runs GPU Operator %s, not %s (%s): stop it first (make lab-down)"
+                               % (self.workdir, running, OPERATOR_VERSION, upstream.VERSION_ENV))
             log("lab already up (%s, %s)" % (self.workdir, self.describe_operator()))
             self.register_fleet()
             return
@@ -787,8 +803,9 @@ class Lab(object):
                                              "kwok", "chart_repo", "operator_metrics", "operator_health"))}
         if mode == "real":
             key = source.key
-            state.update(helm_tools=build("helm-tools"), operator_bin=build("gpu-operator", source.tree, key),
+            state.update(helm_tools=build("helm-tools"), operator_bin=build("gpu-operator", source.tree, key, OPERATOR_VERSION),
                          operator_opt=operator_opt_tree(source, key), operator_source=source.origin,
+                         operator_version=OPERATOR_VERSION,
                          operator_crds=source.crd_files)
             log("GPU Operator %s (real, built from %s)" % (OPERATOR_VERSION, source.origin))
         ensure_pki(os.path.join(self.workdir, "pki"))
@@ -845,7 +862,7 @@ class Lab(object):
             mode, source = self._choose_mode()
             if mode == "real":
                 build("helm-tools")
-                build("gpu-operator", source.tree, source.key)
+                build("gpu-operator", source.tree, source.key, OPERATOR_VERSION)
                 operator_opt_tree(source, source.key)
                 log("GPU Operator %s: the real operator, built from %s" % (OPERATOR_VERSION, source.origin))
         if not rke2:
@@ -887,8 +904,9 @@ class Lab(object):
     def describe_operator(self):
         state = self.state()
         if state.get("mode") == "real":
-            return "GPU Operator %s: the real operator, built from %s" % (OPERATOR_VERSION, state.get("operator_source"))
-        return "GPU Operator %s: simulated (no upstream source; tests/lab/gpu_operator_sim.py)" % OPERATOR_VERSION
+            return "GPU Operator %s: the real operator, built from %s" % (self.operator_version(),
+                                                                          state.get("operator_source"))
+        return "GPU Operator %s: simulated (no upstream source; tests/lab/gpu_operator_sim.py)" % SIMULATED_VERSION
 
     def down(self):
         state = self.state()
@@ -929,7 +947,7 @@ class Lab(object):
         return "\n".join(lines)
 
     # ------------------------------------------------------------ scenario helpers
-    def install_operator(self, values=None, name="gpu-operator", version="v26.3.2", annotations=None):
+    def install_operator(self, values=None, name="gpu-operator", version=OPERATOR_VERSION, annotations=None):
         """Applies the gpu-operator HelmChart as the gpu_operator role would (tests use this
         to get a rolled-out operator without running the role)."""
         from kubernetes import client

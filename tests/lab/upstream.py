@@ -8,7 +8,8 @@ so every lookup has a fallback and a sentence saying what the lab falls back to.
 The operator source is resolved in this order:
 
 1. ``GPU_OPERATOR_SRC``: a source tree, or a ``git archive`` tarball of the tag;
-2. ``../shared/upstream/gpu-operator-v26.3.2.tar.gz`` beside the checkout;
+2. ``../shared/upstream/gpu-operator-<version>.tar.gz`` beside the checkout (``GPU_OPERATOR_VERSION``,
+   v26.3.2 by default);
 3. a shallow clone of the tag from the operator's public source repository into the lab
    cache (for users with internet; an offline machine fails this in well under a second).
 
@@ -27,7 +28,27 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHARED_UPSTREAM = os.path.join(os.path.dirname(ROOT), "shared", "upstream")
 
-OPERATOR_TAG = "v26.3.2"
+# The GPU Operator versions the lab can run, each with its real operator and chart (the collection's
+# KNOWN_CHART_VERSIONS); GPU_OPERATOR_VERSION picks one, the ADR's v26.3.2 by default. Each is built and cached
+# under its own key (the tag and its tarball's sha256), so only the versions a run asks for are built.
+OPERATOR_TAGS = ("v26.3.2", "v26.3.3", "v26.7.0")
+DEFAULT_OPERATOR_TAG = "v26.3.2"
+VERSION_ENV = "GPU_OPERATOR_VERSION"
+
+
+def operator_tag(environ=None):
+    """The GPU Operator version this lab runs: ``GPU_OPERATOR_VERSION`` (v26.7.0 or 26.7.0), else the default.
+    Raises ValueError naming the versions it knows."""
+    given = str((environ if environ is not None else os.environ).get(VERSION_ENV) or "").strip()
+    if not given:
+        return DEFAULT_OPERATOR_TAG
+    tag = "v" + given.lstrip("v")
+    if tag not in OPERATOR_TAGS:
+        raise ValueError("%s=%s: the lab runs one of %s" % (VERSION_ENV, given, ", ".join(OPERATOR_TAGS)))
+    return tag
+
+
+OPERATOR_TAG = operator_tag()
 OPERATOR_TARBALL = "gpu-operator-%s.tar.gz" % OPERATOR_TAG
 OPERATOR_GIT = "https://github.com/NVIDIA/gpu-operator.git"
 # What a tree must hold to be the operator's source at the tag (vendor/ builds it offline).

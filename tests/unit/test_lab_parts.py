@@ -98,6 +98,26 @@ def test_ci_requires_upstream(monkeypatch, value, required):
     assert upstream.upstream_required() is required
 
 
+@pytest.mark.parametrize("given, tag", [(None, "v26.3.2"), ("", "v26.3.2"), ("v26.7.0", "v26.7.0"),
+                                        ("26.3.3", "v26.3.3"), (" v26.3.2 ", "v26.3.2")])
+def test_the_lab_runs_the_operator_version_asked_for(given, tag):
+    environ = {} if given is None else {upstream.VERSION_ENV: given}
+    assert upstream.operator_tag(environ) == tag
+
+
+@pytest.mark.parametrize("given", ["v26.3.1", "v27.1.0", "latest"])
+def test_a_version_the_lab_cannot_run_is_refused_naming_those_it_can(given):
+    with pytest.raises(ValueError) as info:
+        upstream.operator_tag({upstream.VERSION_ENV: given})
+    assert str(info.value) == "GPU_OPERATOR_VERSION=%s: the lab runs one of v26.3.2, v26.3.3, v26.7.0" % given
+
+
+def test_the_lab_runs_every_version_the_collection_knows():
+    # One list in two places (the lab may not import the collection's module_utils at build time): kept equal here.
+    from ansible_collections.gpuplatform.rke2.plugins.module_utils import operator_values as ov
+    assert upstream.OPERATOR_TAGS == ov.KNOWN_CHART_VERSIONS and upstream.DEFAULT_OPERATOR_TAG == ov.DEFAULT_CHART_VERSION
+
+
 @pytest.mark.parametrize("container, gate", [
     ({"command": ["sh", "-c"], "args": ["until [ -f /run/nvidia/validations/toolkit-ready ]; do sleep 5; done"]},
      ("file", "toolkit-ready")),

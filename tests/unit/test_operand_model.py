@@ -610,3 +610,31 @@ def test_cluster_policy_status_in_the_operators_words(status, reconciled, reason
     assert "ignored" not in om.CLUSTER_POLICY_STATES
     assert set(om.READY_REASONS) == {"Reconciled", "NoGPUNodes", "NFDLabelsMissing"}
     assert set(om.ERROR_REASONS) == {"ReconcileFailed", "OperandNotReady"}
+
+
+# ---------------------------------------------------------------- issue 34: v26.7.0's client label
+
+@pytest.mark.parametrize("version, written", [(None, False), ("v26.3.2", False), ("v26.3.3", False),
+                                              ("v26.7.0", True), ("26.7.0", True), ("v27.1.0", True),
+                                              ("not a version", False)])
+@pytest.mark.parametrize("config", om.WORKLOAD_CONFIGS)
+def test_the_client_label_is_written_on_every_gpu_node_from_v26_7(version, written, config):
+    policy = om.policy_from_values({"sandboxWorkloads": {"enabled": True}}, operator_version=version)
+    labels = dict(NFD_GPU, **{om.WORKLOAD_CONFIG_LABEL: config})
+    result = om.operator_node_labels(labels, policy)
+    assert result.get(om.CLIENT_LABEL) == (om.DEPLOY_TRUE if written else None)
+    assert (om.CLIENT_LABEL in om.deploy_labels_for(config, labels, policy)) is written
+
+
+def test_the_client_label_keeps_a_value_set_and_goes_with_the_other_state_labels():
+    policy = om.policy_from_values({}, operator_version="v26.7.0")
+    paused = dict(NFD_GPU, **{om.CLIENT_LABEL: "false"})
+    assert om.operator_node_labels(paused, policy)[om.CLIENT_LABEL] == "false"
+    # deploy.operands=false: removeAllGPUStateLabels takes it with the operands' labels.
+    isolated = dict(NFD_GPU, **{om.CLIENT_LABEL: "true", om.OPERANDS_LABEL: "false"})
+    assert om.operator_node_labels(isolated, policy)[om.CLIENT_LABEL] is None
+    # A node that lost its GPU labels: gone with gpu.present=false.
+    gone = {om.GPU_PRESENT_LABEL: "true", om.CLIENT_LABEL: "true"}
+    assert om.operator_node_labels(gone, policy) == {om.GPU_PRESENT_LABEL: "false", om.CLIENT_LABEL: None}
+    # A v26.3 model never removes a label it does not know of.
+    assert om.CLIENT_LABEL not in om.operator_node_labels(gone, om.policy_from_values({}))
