@@ -806,11 +806,10 @@ _IDLE = "idle"
 _LATE = "late"
 
 
-def _shut(connection):
-    """Shut an HTTP connection's socket down: a read blocked on it returns at once. Below
-    TLS (socket.socket.shutdown): ssl.SSLSocket.shutdown would drop its SSL object under
-    the reading thread."""
-    sock = getattr(connection, "sock", None)
+def _shut(sock):
+    """Shut a connection's socket down: a read blocked on it returns at once. Below TLS
+    (socket.socket.shutdown): ssl.SSLSocket.shutdown would drop its SSL object under the
+    reading thread."""
     if sock is None:
         return
     try:
@@ -840,7 +839,7 @@ class _Cutoff(object):
         self.at = until if idle is None else min(until, self.started + idle)
         self.reason = None  # _LATE or _IDLE once it ended the request
         self._lock = threading.Lock()
-        self._connections = []
+        self._sockets = []
         self._done = False
         self._timer = None
         with self._lock:
@@ -858,13 +857,16 @@ class _Cutoff(object):
             self.at = min(self.until, self._clock.now() + self.idle)
 
     def attach(self, connection):
-        """The connection the request reads from (its socket exists once it is sent)."""
+        """The connection the request reads from, its socket taken now (it exists once the
+        request is sent): an answer with ``Connection: close`` makes http.client drop the
+        connection's socket while the response goes on reading from it."""
+        sock = getattr(connection, "sock", None)
         with self._lock:
             if self._done:
                 return
-            self._connections.append(connection)
+            self._sockets.append(sock)
             if self.reason is not None:
-                _shut(connection)
+                _shut(sock)
 
     def _fire(self):
         with self._lock:
@@ -874,15 +876,15 @@ class _Cutoff(object):
                 self._arm()  # touched since armed
                 return
             self.reason = _LATE if self.at >= self.until else _IDLE
-            for connection in self._connections:
-                _shut(connection)
+            for sock in self._sockets:
+                _shut(sock)
 
     def finish(self):
         """The request is over: nothing is shut down after this (its connection may be
         back in the pool, serving another request)."""
         with self._lock:
             self._done = True
-            self._connections = []
+            self._sockets = []
             timer = self._timer
         timer.cancel()
 
