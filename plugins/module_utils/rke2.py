@@ -45,6 +45,19 @@ _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 # config.yaml keys this module sets from typed variables; the extra map may not set them.
 TYPED_KEYS = ("server", "token-file", "node-name", "node-ip", "node-label", "node-taint", "tls-san", "cni",
               "system-default-registry", "profile", "agent-token-file", "selinux")
+# config.yaml keys whose value is a secret (RKE2 v1.34.1's flags: the join tokens, the etcd S3 credentials, an
+# external datastore's DSN, which holds its password): never a plain value in a site file, never in a diff or a log.
+SECRET_CONFIG_KEYS = ("token", "agent-token", "etcd-s3-access-key", "etcd-s3-secret-key", "etcd-s3-session-token",
+                      "datastore-endpoint")
+
+
+def secret_config_keys(config):
+    """The keys of ``config`` (config.yaml or rke2_config_extra) whose value is a secret, sorted; ``key+``
+    (config.yaml.d's append) counts as ``key``."""
+    return sorted(key for key in (config if isinstance(config, dict) else {})
+                  if str(key).rstrip("+") in SECRET_CONFIG_KEYS)
+
+
 # Server flags an agent's config must not carry: `rke2 agent` skips them with "Unknown flag"
 # (generated from the real binary's --help into rke2_flags.py).
 SERVER_ONLY_KEYS = rke2_flags.SERVER_ONLY_FLAGS

@@ -286,6 +286,13 @@ def _rke2(check, site, cidr=None):
         if source == "local" and not artifacts.get("dir"):
             check.fail("rke2.artifacts.dir", "is required when source is local")
         check.string_list(artifacts.get("images"), "rke2.artifacts.images")
+    extra = conf.get("config_extra")
+    for key in rke2.secret_config_keys(extra):
+        if not _REFERENCE_RE.match(str(extra[key])):
+            check.fail("rke2.config_extra.%s" % key,
+                       "a secret in the site file would be committed with it and shown by --diff: give a reference "
+                       "to a vaulted variable instead, for example '{{ vault_%s }}'" % str(key).rstrip("+").replace(
+                           "-", "_"))
     configs = (conf.get("registries") or {}).get("configs") if isinstance(conf.get("registries"), dict) else None
     for registry, settings in sorted((configs or {}).items()) if isinstance(configs, dict) else ():
         auth = settings.get("auth") if isinstance(settings, dict) else None

@@ -6,6 +6,7 @@ import os
 import pytest
 import yaml
 
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import site_inventory as si
 from tests.conftest import ROOT
 from tests.unit.module_harness import run_module
@@ -154,6 +155,12 @@ def test_two_servers_warn_about_etcd_quorum():
      "gpu_models.A10.pci_vendor_selector: '10de-2236' is not VVVV:DDDD"),
     (dict(gpu_models={"A10": {"pci_device_name": "x"}}), "gpu_models.A10.pci_vendor_selector: is required"),
     (dict(gpu_operator={"Sandbox-Workloads": {}}), "gpu_operator.Sandbox-Workloads: is not a variable name"),
+    (dict(rke2__config_extra={"etcd-s3-secret-key": "s3cr3t"}),
+     "rke2.config_extra.etcd-s3-secret-key: a secret in the site file would be committed with it and shown by "
+     "--diff: give a reference to a vaulted variable instead, for example '{{ vault_etcd_s3_secret_key }}'"),
+    (dict(rke2__config_extra={"datastore-endpoint": "postgres://rke2:pw@db:5432/rke2"}),
+     "rke2.config_extra.datastore-endpoint: a secret in the site file"),
+    (dict(rke2__config_extra={"agent-token+": "K10abc::node:pw"}), "rke2.config_extra.agent-token+: a secret"),
     (dict(gpu_operator={"version": "v26.3.9"}),
      "gpu_operator.version: v26.3.9 is not a version this collection knows (v26.3.2, v26.3.3, v26.7.0)"),
     (dict(gpu_operator={"version": "v27.1.0"}), "gpu_operator.version: v27.1.0 is not on a supported chart line"),
@@ -209,6 +216,17 @@ def test_a_known_operator_version_passes_to_the_role(operator):
     si.validate(site)
     group_vars = si.inventory(site)[1]
     assert all(group_vars["gpu_operator_" + key] == "v" + value.lstrip("v") for key, value in operator.items())
+
+
+def test_a_secret_config_key_given_as_a_vault_reference_passes():
+    site = _site(rke2__config_extra={"etcd-s3-access-key": "{{ vault_etcd_s3_access_key }}", "etcd-s3": True})
+    assert not [p for p in si.validate(site) if "config_extra" in p]
+
+
+def test_the_rke2_role_hides_the_same_secret_keys_the_module_knows():
+    with open(os.path.join(ROOT, "roles", "rke2", "vars", "main.yml")) as handle:
+        role_vars = yaml.safe_load(handle)
+    assert tuple(role_vars["_rke2_secret_config_keys"]) == rke2.SECRET_CONFIG_KEYS
 
 
 def test_render_is_yaml_with_a_do_not_edit_header():
