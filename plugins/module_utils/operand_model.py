@@ -264,9 +264,13 @@ CLIENT_LABEL = DEPLOY_LABEL_PREFIX + "client"
 VERSIONED_STATE_LABELS = ((CLIENT_LABEL, (26, 7)),)
 
 
+# A GPU Operator chart version (v26.3.2, 26.7.0, v26.7.0-rc.1): operator_values parses chart versions with it too.
+CHART_VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:[-+][0-9A-Za-z.-]+)?$")
+
+
 def operator_line(version):
     """``v26.7.0`` -> (26, 7); None for None or what is not a version (the model then is v26.3's)."""
-    match = re.match(r"^v?(\d+)\.(\d+)(\.\d+)?$", str(version or "").strip())
+    match = CHART_VERSION_RE.match(str(version or "").strip())
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 

@@ -144,7 +144,6 @@ TIME_SLICING_CONFIG_NAME = "time-slicing-config"
 TIME_SLICING_PROFILE = "any"
 
 _RFC1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_CHART_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:[-+][0-9A-Za-z.-]+)?$")
 _RKE2_VERSION = re.compile(r"^v?1\.(\d+)\.(\d+)(?:\+rke2r(\d+))?$")
 
 
@@ -160,7 +159,7 @@ class ValuesError(ValueError):
 
 def parse_chart_version(version):
     """``v26.3.2`` -> (26, 3, 2); None when it is not a chart version."""
-    match = _CHART_VERSION.match(str(version or ""))
+    match = om.CHART_VERSION_RE.match(str(version or ""))
     if not match:
         return None
     return tuple(int(part) for part in match.groups())
@@ -410,8 +409,9 @@ def decision_problems(decisions, nodes=None):
     problems = []
     version = decisions.get("chart_version")
     line = chart_line(version)
-    if version_problems(version):
-        return version_problems(version)
+    wrong_version = version_problems(version)
+    if wrong_version:
+        return wrong_version
 
     namespace = decisions.get("namespace") or ""
     if not re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", namespace) or len(namespace) > 63:

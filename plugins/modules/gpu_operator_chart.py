@@ -543,8 +543,9 @@ def main():
     if not manifest_yaml.HAS_YAML:
         module.fail_json(msg="PyYAML is required on the controller: %s" % manifest_yaml.YAML_IMPORT_ERROR)
     # A version the collection does not know is named as such, not as a values file that is missing.
-    if ov.version_problems(module.params["chart_version"]):
-        _refuse(module, ov.version_problems(module.params["chart_version"]))
+    wrong_version = ov.version_problems(module.params["chart_version"])
+    if wrong_version:
+        _refuse(module, wrong_version)
     reference_path = module.params["chart_values_reference"]
     try:
         reference = manifest_yaml.load_mapping(_read(module, "chart_values_reference", reference_path))
