@@ -26,8 +26,21 @@ from tests.lab.upstream import OPERATOR_TAG
 from tests.unit import test_gpu_operator_chart as chart_tests
 
 NAMESPACE = om.DEFAULT_NAMESPACE
-SITE_HELMCHARTS = sorted(glob.glob(os.path.join(ROOT, "sites", "*", "rke2", "gpu-operator.helmchart.yaml")))
-SITE_ARGOCD = sorted(glob.glob(os.path.join(ROOT, "sites", "*", "argocd", "**", "*.yaml"), recursive=True))
+
+
+def _committed(paths):
+    """The paths git does not ignore: what make demo renders for the lab site (sites/lab/, ignored) is output of
+    whatever version it ran (make demo GPU_OPERATOR_VERSION=v26.7.0), not a committed site."""
+    paths = sorted(paths)
+    if not paths:
+        return paths
+    ignored = subprocess.run(["git", "-C", ROOT, "check-ignore", "--stdin"], input="\n".join(paths),
+                             stdout=subprocess.PIPE, universal_newlines=True, check=False).stdout.split("\n")
+    return [p for p in paths if p not in set(ignored)]
+
+
+SITE_HELMCHARTS = _committed(glob.glob(os.path.join(ROOT, "sites", "*", "rke2", "gpu-operator.helmchart.yaml")))
+SITE_ARGOCD = _committed(glob.glob(os.path.join(ROOT, "sites", "*", "argocd", "**", "*.yaml"), recursive=True))
 
 
 def _role_renderings():
