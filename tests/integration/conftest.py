@@ -21,11 +21,12 @@ KEPT_LOGS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path
 
 
 @contextlib.contextmanager
-def started_lab(nodes=None):
+def started_lab(nodes=None, operator_version=None):
     """A lab in a work directory of its own, stopped and removed on the way out; ``nodes``:
-    a generated fleet of that many nodes (tests/lab/fleet.py), else the lab inventory's."""
+    a generated fleet of that many nodes (tests/lab/fleet.py), else the lab inventory's;
+    ``operator_version``: the GPU Operator version it starts (GPU_OPERATOR_VERSION's by default)."""
     workdir = tempfile.mkdtemp(prefix="gpuplatform-lab-")
-    instance = Lab(workdir=workdir, nodes=nodes)
+    instance = Lab(workdir=workdir, nodes=nodes, operator_version=operator_version)
     instance.up()
     try:
         yield instance

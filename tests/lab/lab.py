@@ -59,12 +59,14 @@ SIMULATED_CRDS = (
 )
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 COMPONENTS = {
-    "real": CONTROL_PLANE + ("helm-controller", "chart-repo", "helm-job-runner", "gpu-operator", "node-agent"),
+    # operator-pods after gpu-operator: `down` stops them in reverse, so it never restarts a stopped operator.
+    "real": CONTROL_PLANE + ("helm-controller", "chart-repo", "helm-job-runner", "gpu-operator", "operator-pods",
+                             "node-agent"),
     "simulated": CONTROL_PLANE + ("node-agent",),
 }
 # What each component's command line contains (the lab's Python parts run as python -m).
 BINARY = {"node-agent": "tests.lab.node_agent", "helm-job-runner": "tests.lab.helm_job_runner",
-          "chart-repo": "tests.lab.chart_repo"}
+          "chart-repo": "tests.lab.chart_repo", "operator-pods": "tests.lab.operator_pods"}
 SERVICE_CIDR = "10.96.0.0/16"
 OPERATOR_NAMESPACE = "gpu-operator"
 OPERATOR_VERSION = upstream.OPERATOR_TAG
@@ -122,19 +124,27 @@ def rke2_binary(build_missing=True):
         (lambda tree, key: build("rke2", tree, key)) if build_missing else None)
 
 
+# The CRD files the image holds beside its assets (docker/Dockerfile), from the chart: the upgrade hook's
+# manage-crds applies them (tests/lab/operator_pods.py).
+OPT_CRDS = (("crds/nvidia.com_clusterpolicies.yaml", "nvidia.com_clusterpolicies.yaml"),
+            ("crds/nvidia.com_nvidiadrivers.yaml", "nvidia.com_nvidiadrivers.yaml"),
+            ("charts/node-feature-discovery/crds/nfd-api-crds.yaml", "nfd-api-crds.yaml"))
+
+
 def operator_opt_tree(source, key):
     """The image's /opt layout (docker/Dockerfile: assets at /opt/gpu-operator, manifests
-    under it, the ClusterPolicy CRD beside them, the validator's manifests at
-    /opt/validator/manifests), built once per source key in the lab cache."""
+    under it, the CRDs beside them, the validator's manifests at /opt/validator/manifests),
+    built once per source key in the lab cache."""
     opt = os.path.join(upstream.cache_root(), "gpu-operator-%s" % key, "opt")
-    if os.path.isdir(os.path.join(opt, "gpu-operator", "state-driver")):
+    if os.path.isdir(os.path.join(opt, "gpu-operator", "state-driver")) and all(
+            os.path.isfile(os.path.join(opt, "gpu-operator", name)) for _, name in OPT_CRDS):
         return opt
     partial = opt + ".partial"
     shutil.rmtree(partial, ignore_errors=True)
     shutil.copytree(os.path.join(source.tree, "assets"), os.path.join(partial, "gpu-operator"))
     shutil.copytree(os.path.join(source.tree, "manifests"), os.path.join(partial, "gpu-operator", "manifests"))
-    shutil.copy(os.path.join(source.chart_dir, "crds", "nvidia.com_clusterpolicies.yaml"),
-                os.path.join(partial, "gpu-operator"))
+    for chart_path, name in OPT_CRDS:
+        shutil.copy(os.path.join(source.chart_dir, chart_path), os.path.join(partial, "gpu-operator", name))
     validator_manifests = os.path.join(source.tree, "validator", "manifests")
     if os.path.isdir(validator_manifests):
         shutil.copytree(validator_manifests, os.path.join(partial, "validator", "manifests"))
@@ -167,9 +177,11 @@ class LabError(RuntimeError):
 
 
 class Lab(object):
-    def __init__(self, workdir=None, fleet_file=None, bin_dir=None, mode=None, nodes=None):
+    def __init__(self, workdir=None, fleet_file=None, bin_dir=None, mode=None, nodes=None, operator_version=None):
         """``mode``: "simulated" runs the offline simulator even where the upstream source
         is present (the conformance suite compares the two); None decides by the source.
+        ``operator_version``: the GPU Operator version `up` starts (GPU_OPERATOR_VERSION's by
+        default); a chart upgrade switches the running one (``switch_operator``).
         ``nodes``: a generated fleet of that many nodes (fleet.write_scale_inventory, into
         ``<workdir>/hosts.yml``, written at up); 0 the lab inventory; None (and no
         ``fleet_file``) the fleet this work directory's lab was started with."""
@@ -188,6 +200,7 @@ class Lab(object):
         self._children = {}
         self._api = None
         self._mode = mode
+        self.start_version = operator_version or OPERATOR_VERSION
 
     # ------------------------------------------------------------ state
     @property
@@ -253,6 +266,33 @@ class Lab(object):
         if state.get("mode") == "simulated":
             return SIMULATED_VERSION
         return state.get("operator_version") or OPERATOR_VERSION
+
+    def operator_build(self, version, clone=True):
+        """The real operator of ``version`` built (or found in the cache) with its /opt tree: the
+        state keys of a running operator. Raises upstream.UpstreamMissing without its source."""
+        source = upstream.resolve_operator_source(version, clone=clone)
+        key = source.key
+        return {"operator_bin": build("gpu-operator", source.tree, key, version),
+                "operator_opt": operator_opt_tree(source, key), "operator_source": source.origin,
+                "operator_version": version, "operator_crds": source.crd_files}
+
+    def operator_opt(self, version):
+        """The /opt tree of ``version``'s image (what its upgrade hook reads), without building the binary."""
+        source = upstream.resolve_operator_source(version)
+        return operator_opt_tree(source, source.key)
+
+    def switch_operator(self, version):
+        """LAB-ONLY: the operator Deployment's pod now runs ``version``'s image (a chart upgrade or
+        rollback): the operator process stops and that version's binary starts with its /opt tree,
+        built on first need (minutes) and cached per version. Called by tests/lab/operator_pods.py."""
+        if self.mode != "real":
+            raise LabError("switch_operator needs the real operator (lab mode %s)" % self.mode)
+        built = self.operator_build(version)
+        self._stop("gpu-operator", self.state()["pids"].get("gpu-operator"))
+        state = self.state()
+        state.update(built)
+        self._save_state(state)
+        self._start_operator()
 
     def chart_repo_url(self):
         return self.state().get("chart_repo") or PUBLIC_CHART_REPO
@@ -532,6 +572,10 @@ class Lab(object):
                 matches.extend(operand_pod_exclusions())
             if self.mode == "real" and stage["metadata"]["name"] in POD_LIFE_STAGES + ("pod-delete",):
                 matches.extend(helm_pods)
+            if self.mode == "real" and stage["metadata"]["name"] in POD_LIFE_STAGES:
+                # The operator image's pods (its Deployment's, its upgrade hook's): tests/lab/operator_pods.py.
+                matches.append({"key": '.metadata.labels["app.kubernetes.io/component"]', "operator": "NotIn",
+                                "values": ["gpu-operator"]})
         with open(path, "w") as handle:
             # kwokctl fills these defaults itself; the kwok binary alone does not.
             handle.write("apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:\n"
@@ -584,14 +628,30 @@ class Lab(object):
             {"helmcharts.helm.cattle.io", "helmchartconfigs.helm.cattle.io"}), 120, "helm-controller")
 
     def _start_chart_repo(self, source):
-        """The operator's real chart, packaged as the release (the tag's Chart.yaml says
-        v1.0.0-devel), served on 127.0.0.1 the way an air-gapped site serves its mirror."""
+        """The operator's real charts, each packaged as its release (a tag's Chart.yaml says
+        v1.0.0-devel), served on 127.0.0.1 the way an air-gapped site serves its mirror: the
+        lab-up version's, and every other version the lab can run whose source is at hand
+        (../shared/upstream, or a clone already in the lab cache), so that a HelmChart's
+        version change is a real helm upgrade from one real chart to another."""
         state = self.state()
         port = state["ports"]["chart_repo"]
         url = chart_repo.repo_url(port)
-        repo = chart_repo.ChartRepo(source.chart_dir, os.path.join(state["helm_tools"], "helm"),
-                                    os.path.join(self.workdir, "chart-repo"), url)
-        repo.build(OPERATOR_VERSION, OPERATOR_VERSION)
+        work = os.path.join(self.workdir, "chart-repo")
+        helm = os.path.join(state["helm_tools"], "helm")
+        versions = []
+        for version in upstream.OPERATOR_TAGS:
+            try:
+                tree = source if version == self.start_version else upstream.resolve_operator_source(
+                    version, clone=False)
+            except upstream.UpstreamMissing as exc:
+                log("chart repository: no gpu-operator %s (%s)" % (version, "; ".join(exc.tried)))
+                continue
+            repo = chart_repo.ChartRepo(tree.chart_dir, helm, work, url)
+            repo.build(version, version)
+            versions.append(version)
+        state = self.state()
+        state["chart_versions"] = versions
+        self._save_state(state)
         self._spawn("chart-repo", [sys.executable, "-u", "-m", "tests.lab.chart_repo", "--dir", repo.charts_dir,
                                    "--port", str(port)], env=self._python_env())
         self._wait_for("chart repository %s" % url, lambda: chart_repo.serves(url), 30, "chart-repo")
@@ -753,13 +813,13 @@ class Lab(object):
             log("simulated GPU Operator asked for (tests/lab/gpu_operator_sim.py)")
             return "simulated", None
         try:
-            source = upstream.resolve_operator_source()
+            source = upstream.resolve_operator_source(self.start_version)
         except upstream.UpstreamMissing as exc:
             if upstream.upstream_required():
                 raise LabError("%s=1 and no GPU Operator source: %s" % (upstream.REQUIRE_ENV, "; ".join(exc.tried)))
             log("no GPU Operator %s source (%s): running the offline simulator of helm-controller and the operator "
                 "(tests/lab/gpu_operator_sim.py) instead; it plays %s"
-                % (OPERATOR_VERSION, "; ".join(exc.tried), SIMULATED_VERSION))
+                % (self.start_version, "; ".join(exc.tried), SIMULATED_VERSION))
             return "simulated", None
         return "real", source
 
@@ -779,10 +839,12 @@ class Lab(object):
 
     def _up(self):
         if self.is_up():
+            # The version asked for at up against the one the lab runs now (its start version, or the one a
+            # chart upgrade switched it to).
             running = self.state().get("operator_version") or upstream.DEFAULT_OPERATOR_TAG
-            if self.state().get("mode") == "real" and running != OPERATOR_VERSION:
+            if self.state().get("mode") == "real" and running != self.start_version:
                 raise LabError("the lab in %s runs GPU Operator %s, not %s (%s): stop it first (make lab-down)"
-                               % (self.workdir, running, OPERATOR_VERSION, upstream.VERSION_ENV))
+                               % (self.workdir, running, self.start_version, upstream.VERSION_ENV))
             log("lab already up (%s, %s)" % (self.workdir, self.describe_operator()))
             self.register_fleet()
             return
@@ -802,12 +864,9 @@ class Lab(object):
             (name, free_port()) for name in ("etcd", "etcd_peer", "etcd_metrics", "apiserver", "kcm", "scheduler",
                                              "kwok", "chart_repo", "operator_metrics", "operator_health"))}
         if mode == "real":
-            key = source.key
-            state.update(helm_tools=build("helm-tools"), operator_bin=build("gpu-operator", source.tree, key, OPERATOR_VERSION),
-                         operator_opt=operator_opt_tree(source, key), operator_source=source.origin,
-                         operator_version=OPERATOR_VERSION,
-                         operator_crds=source.crd_files)
-            log("GPU Operator %s (real, built from %s)" % (OPERATOR_VERSION, source.origin))
+            state.update(self.operator_build(self.start_version), helm_tools=build("helm-tools"),
+                         operator_start_version=self.start_version)
+            log("GPU Operator %s (real, built from %s)" % (self.start_version, source.origin))
         ensure_pki(os.path.join(self.workdir, "pki"))
         shutil.rmtree(os.path.join(self.workdir, "etcd-data"), ignore_errors=True)
         shutil.rmtree(os.path.join(self.workdir, "podlogs"), ignore_errors=True)
@@ -841,8 +900,10 @@ class Lab(object):
             self._start_helm_controller()
             self._start_chart_repo(source)
             self._start_job_runner()
-            log("starting the GPU Operator %s out of cluster" % OPERATOR_VERSION)
+            log("starting the GPU Operator %s out of cluster, and the player of its image's pods" % self.start_version)
             self._start_operator()
+            self._spawn("operator-pods", [sys.executable, "-u", "-m", "tests.lab.operator_pods", "--workdir",
+                                          self.workdir], env=self._python_env())
         log("starting the node agent (kubelets, device plugins, GFD, CUDA sample%s)" % (
             "" if mode == "real" else "; simulated operator"))
         self._start_node_agent()
@@ -862,9 +923,8 @@ class Lab(object):
             mode, source = self._choose_mode()
             if mode == "real":
                 build("helm-tools")
-                build("gpu-operator", source.tree, source.key, OPERATOR_VERSION)
-                operator_opt_tree(source, source.key)
-                log("GPU Operator %s: the real operator, built from %s" % (OPERATOR_VERSION, source.origin))
+                self.operator_build(self.start_version)
+                log("GPU Operator %s: the real operator, built from %s" % (self.start_version, source.origin))
         if not rke2:
             return mode
         try:
@@ -929,7 +989,8 @@ class Lab(object):
         lines = ["workdir:    %s" % self.workdir, "kubeconfig: %s" % self.kubeconfig,
                  "operator:   %s" % self.describe_operator()]
         if state.get("chart_repo"):
-            lines.append("charts:     %s (gpu-operator %s, the real chart)" % (state["chart_repo"], OPERATOR_VERSION))
+            lines.append("charts:     %s (gpu-operator %s, the real charts)" % (
+                state["chart_repo"], ", ".join(state.get("chart_versions") or [OPERATOR_VERSION])))
         for component, pid in self.processes().items():
             lines.append("  %-24s %s" % (component, ("running, pid %d" % pid) if pid else "stopped"))
         if self.is_up():
@@ -947,9 +1008,10 @@ class Lab(object):
         return "\n".join(lines)
 
     # ------------------------------------------------------------ scenario helpers
-    def install_operator(self, values=None, name="gpu-operator", version=OPERATOR_VERSION, annotations=None):
+    def install_operator(self, values=None, name="gpu-operator", version=None, annotations=None):
         """Applies the gpu-operator HelmChart as the gpu_operator role would (tests use this
-        to get a rolled-out operator without running the role)."""
+        to get a rolled-out operator without running the role); ``version``: the chart
+        version, by default the one the lab runs now."""
         from kubernetes import client
         if not values:
             # helm upgrade given no values reuses the last release's, and klipper-helm passes
@@ -958,7 +1020,7 @@ class Lab(object):
         body = {
             "apiVersion": "helm.cattle.io/v1", "kind": "HelmChart",
             "metadata": {"name": name, "namespace": "kube-system", "annotations": dict(annotations or {})},
-            "spec": {"chart": "gpu-operator", "repo": self.chart_repo_url(), "version": version,
+            "spec": {"chart": "gpu-operator", "repo": self.chart_repo_url(), "version": version or self.operator_version(),
                      "targetNamespace": "gpu-operator", "createNamespace": True,
                      "valuesContent": yaml.safe_dump(values or {}, default_flow_style=False)},
         }

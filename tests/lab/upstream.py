@@ -134,10 +134,10 @@ def _is_tree(path, markers):
     return all(os.path.exists(os.path.join(path, marker)) for marker in markers)
 
 
-def _unpack(tarball, origin):
-    """Unpacks a ``git archive`` tarball of the operator's tag into the cache (once per sha256)."""
-    sha, tree = _unpack_tree(tarball, "gpu-operator", OPERATOR_TAG, OPERATOR_TREE_MARKERS)
-    return OperatorSource(tree, "%s (sha256 %s)" % (origin, sha), "%s sha256:%s" % (OPERATOR_TAG, sha))
+def _unpack(tarball, origin, tag):
+    """Unpacks a ``git archive`` tarball of the operator's ``tag`` into the cache (once per sha256)."""
+    sha, tree = _unpack_tree(tarball, "gpu-operator", tag, OPERATOR_TREE_MARKERS)
+    return OperatorSource(tree, "%s (sha256 %s)" % (origin, sha), "%s sha256:%s" % (tag, sha))
 
 
 def _unpack_tree(tarball, project, tag, markers):
@@ -166,15 +166,17 @@ def _unpack_tree(tarball, project, tag, markers):
     return sha, tree
 
 
-def _clone():
-    target = os.path.join(cache_root(), "src", "gpu-operator-%s-git" % OPERATOR_TAG)
+def _clone(tag, fetch=True):
+    target = os.path.join(cache_root(), "src", "gpu-operator-%s-git" % tag)
     if _is_operator_tree(target):
         return target
+    if not fetch:
+        raise RuntimeError("no clone in the lab cache, and none made for this version")
     partial = target + ".partial"
     shutil.rmtree(partial, ignore_errors=True)
     env = dict(os.environ, GIT_TERMINAL_PROMPT="0")
     try:
-        proc = subprocess.run(["git", "clone", "--quiet", "--depth", "1", "--branch", OPERATOR_TAG, OPERATOR_GIT,
+        proc = subprocess.run(["git", "clone", "--quiet", "--depth", "1", "--branch", tag, OPERATOR_GIT,
                                partial], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
                               env=env, timeout=600, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -187,36 +189,43 @@ def _clone():
     return target
 
 
-def resolve_operator_source():
-    """The GPU Operator source at the pinned tag, or UpstreamMissing saying what was tried."""
+def resolve_operator_source(tag=None, clone=True):
+    """The GPU Operator source at ``tag`` (the lab-up version, OPERATOR_TAG, by default), or
+    UpstreamMissing saying what was tried. ``GPU_OPERATOR_SRC`` is the source of the lab-up version
+    only; another version comes from ``../shared/upstream`` or a clone, made only when ``clone`` (an
+    upgrade to it asks; the chart repository's listing at lab-up takes a clone already in the cache)."""
+    tag = tag or OPERATOR_TAG
     tried = []
     given = os.environ.get("GPU_OPERATOR_SRC")
-    if given:
+    if given and tag != OPERATOR_TAG:
+        tried.append("GPU_OPERATOR_SRC=%s: the source of %s (the lab-up version), not of %s" % (
+            given, OPERATOR_TAG, tag))
+    elif given:
         if os.path.isdir(given):
             if _is_operator_tree(given):
                 return OperatorSource(os.path.abspath(given), "GPU_OPERATOR_SRC tree %s" % given,
-                                      "%s tree:%s" % (OPERATOR_TAG, os.path.abspath(given)))
+                                      "%s tree:%s" % (tag, os.path.abspath(given)))
             tried.append("GPU_OPERATOR_SRC=%s: not an operator source tree (needs %s)" % (
                 given, ", ".join(OPERATOR_TREE_MARKERS)))
         elif os.path.isfile(given):
-            return _unpack(given, "GPU_OPERATOR_SRC tarball %s" % given)
+            return _unpack(given, "GPU_OPERATOR_SRC tarball %s" % given, tag)
         else:
             tried.append("GPU_OPERATOR_SRC=%s: no such file or folder" % given)
     else:
         tried.append("GPU_OPERATOR_SRC: not set")
-    shared = os.path.join(SHARED_UPSTREAM, OPERATOR_TARBALL)
+    shared = os.path.join(SHARED_UPSTREAM, "gpu-operator-%s.tar.gz" % tag)
     if os.path.isfile(shared):
-        return _unpack(shared, os.path.relpath(shared, ROOT))
+        return _unpack(shared, os.path.relpath(shared, ROOT), tag)
     tried.append("%s: not present" % os.path.relpath(shared, ROOT))
     try:
-        tree = _clone()
+        tree = _clone(tag, fetch=clone)
         head = subprocess.run(["git", "-C", tree, "rev-parse", "HEAD"], stdout=subprocess.PIPE,
                               universal_newlines=True, check=False).stdout.strip()
-        return OperatorSource(tree, "shallow clone of %s at %s (%s)" % (OPERATOR_GIT, OPERATOR_TAG, head[:12]),
-                              "%s git:%s" % (OPERATOR_TAG, head))
+        return OperatorSource(tree, "shallow clone of %s at %s (%s)" % (OPERATOR_GIT, tag, head[:12]),
+                              "%s git:%s" % (tag, head))
     except RuntimeError as exc:
-        tried.append("git clone --depth 1 --branch %s %s: %s" % (OPERATOR_TAG, OPERATOR_GIT, exc))
-    raise UpstreamMissing("GPU Operator %s source" % OPERATOR_TAG, tried)
+        tried.append("git clone --depth 1 --branch %s %s: %s" % (tag, OPERATOR_GIT, exc))
+    raise UpstreamMissing("GPU Operator %s source" % tag, tried)
 
 
 def _go_version():
