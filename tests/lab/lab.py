@@ -25,6 +25,7 @@ sessions so they outlive `labctl up`, and `labctl down` ends every one of them.
 import concurrent.futures
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -124,27 +125,33 @@ def rke2_binary(build_missing=True):
         (lambda tree, key: build("rke2", tree, key)) if build_missing else None)
 
 
-# The CRD files the image holds beside its assets (docker/Dockerfile), from the chart: the upgrade hook's
-# manage-crds applies them (tests/lab/operator_pods.py).
-OPT_CRDS = (("crds/nvidia.com_clusterpolicies.yaml", "nvidia.com_clusterpolicies.yaml"),
-            ("crds/nvidia.com_nvidiadrivers.yaml", "nvidia.com_nvidiadrivers.yaml"),
-            ("charts/node-feature-discovery/crds/nfd-api-crds.yaml", "nfd-api-crds.yaml"))
+# The files the image copies from the chart into /opt (docker/Dockerfile at the tag: the CRDs the chart's upgrade
+# hook applies with manage-crds, tests/lab/operator_pods.py): COPY deployments/<file>.yaml /opt/<file>.yaml.
+DOCKERFILE_OPT_COPY = re.compile(r"^COPY\s+(deployments/\S+\.yaml)\s+/opt/(\S+\.yaml)\s*$", re.M)
+
+
+def opt_chart_files(source):
+    """[(file in the source tree, path under /opt)] the image's Dockerfile copies from the chart."""
+    with open(os.path.join(source.tree, "docker", "Dockerfile")) as handle:
+        return DOCKERFILE_OPT_COPY.findall(handle.read())
 
 
 def operator_opt_tree(source, key):
     """The image's /opt layout (docker/Dockerfile: assets at /opt/gpu-operator, manifests
-    under it, the CRDs beside them, the validator's manifests at /opt/validator/manifests),
+    under it, the chart's CRDs beside them, the validator's manifests at /opt/validator/manifests),
     built once per source key in the lab cache."""
     opt = os.path.join(upstream.cache_root(), "gpu-operator-%s" % key, "opt")
+    copies = opt_chart_files(source)
     if os.path.isdir(os.path.join(opt, "gpu-operator", "state-driver")) and all(
-            os.path.isfile(os.path.join(opt, "gpu-operator", name)) for _, name in OPT_CRDS):
+            os.path.isfile(os.path.join(opt, target)) for _, target in copies):
         return opt
     partial = opt + ".partial"
     shutil.rmtree(partial, ignore_errors=True)
     shutil.copytree(os.path.join(source.tree, "assets"), os.path.join(partial, "gpu-operator"))
     shutil.copytree(os.path.join(source.tree, "manifests"), os.path.join(partial, "gpu-operator", "manifests"))
-    for chart_path, name in OPT_CRDS:
-        shutil.copy(os.path.join(source.chart_dir, chart_path), os.path.join(partial, "gpu-operator", name))
+    for path, target in copies:
+        os.makedirs(os.path.dirname(os.path.join(partial, target)), exist_ok=True)
+        shutil.copy(os.path.join(source.tree, path), os.path.join(partial, target))
     validator_manifests = os.path.join(source.tree, "validator", "manifests")
     if os.path.isdir(validator_manifests):
         shutil.copytree(validator_manifests, os.path.join(partial, "validator", "manifests"))

@@ -404,3 +404,22 @@ def test_a_reset_puts_the_fleets_label_back_in_the_patch_that_removes_a_tests(tm
         container: {"metadata": {"annotations": {}, "labels": {
             om.deploy_label("container-toolkit"): None, "nvidia.com/gpu.present": None, om.WORKLOAD_CONFIG_LABEL: "container"}}},
     }
+
+
+def test_another_version_comes_from_its_own_tarball_never_from_the_lab_up_source(isolated, monkeypatch):
+    shared = isolated / "shared-upstream"
+    shared.mkdir()
+    _tarball(str(shared / "gpu-operator-v26.3.3.tar.gz"), "gpu-operator-v26.3.3")
+    monkeypatch.setattr(upstream, "SHARED_UPSTREAM", str(shared))
+    monkeypatch.setenv("GPU_OPERATOR_SRC", _tree(str(isolated / "src")))
+    source = upstream.resolve_operator_source("v26.3.3")
+    assert "gpu-operator-v26.3.3.tar.gz" in source.origin and source.pin.startswith("v26.3.3 sha256:")
+    assert source.tree.endswith("gpu-operator-v26.3.3")
+
+
+def test_without_clone_a_missing_version_is_not_cloned(isolated, monkeypatch):
+    with pytest.raises(upstream.UpstreamMissing) as exc:
+        upstream.resolve_operator_source("v26.7.0", clone=False)
+    tried = exc.value.tried
+    assert tried[1].endswith("gpu-operator-v26.7.0.tar.gz: not present")
+    assert tried[2].endswith("no clone in the lab cache, and none made for this version")
