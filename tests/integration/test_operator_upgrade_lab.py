@@ -146,7 +146,7 @@ def crds_not_of(lab, version):
     ext = client.ApiextensionsV1Api(lab.api)
     source = upstream.resolve_operator_source(version)
     differ = []
-    for path, _ in opt_chart_files(source):
+    for path, _target in opt_chart_files(source):
         with open(os.path.join(source.tree, path)) as handle:
             for doc in yaml.safe_load_all(handle):
                 if not doc:
@@ -217,7 +217,8 @@ def upgrade_lab():
             if upstream.upstream_required():
                 pytest.fail("LAB_REQUIRE_UPSTREAM=1, yet the lab runs the offline simulator")
             pytest.skip("chart upgrades need the GPU Operator's upstream sources (../shared/upstream)")
-        missing = [v for v in (START,) + tuple(v for _, v in PATH) if v not in lab.state().get("chart_versions", ())]
+        served = lab.state().get("chart_versions", ())
+        missing = [version for version in (START,) + tuple(step[1] for step in PATH) if version not in served]
         if missing:
             if upstream.upstream_required():
                 pytest.fail("LAB_REQUIRE_UPSTREAM=1, yet the lab's chart repository has no %s" % ", ".join(missing))

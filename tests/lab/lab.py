@@ -143,7 +143,7 @@ def operator_opt_tree(source, key):
     opt = os.path.join(upstream.cache_root(), "gpu-operator-%s" % key, "opt")
     copies = opt_chart_files(source)
     if os.path.isdir(os.path.join(opt, "gpu-operator", "state-driver")) and all(
-            os.path.isfile(os.path.join(opt, target)) for _, target in copies):
+            os.path.isfile(os.path.join(opt, target)) for _source, target in copies):
         return opt
     partial = opt + ".partial"
     shutil.rmtree(partial, ignore_errors=True)
