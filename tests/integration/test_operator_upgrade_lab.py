@@ -35,7 +35,7 @@ from tests.integration.conftest import started_lab
 from tests.integration.modules import run_module
 from tests.lab import upstream
 from tests.lab.helm_job_runner import decode_release, latest_record
-from tests.lab.lab import ROOT, opt_chart_files
+from tests.lab.lab import ROOT, Lab, LabError, opt_chart_files
 
 NAMESPACE = om.DEFAULT_NAMESPACE
 START = "v26.3.2"
@@ -240,3 +240,7 @@ def test_chart_upgrades_and_a_rollback_with_the_real_operators(upgrade_lab):
     # v26.7.0's operator writes the client deploy label on every GPU node it deploys the device plugin to.
     client_labels = seen[("upgrade", "v26.7.0")]
     assert client_labels and all(client_labels.values()), client_labels
+    # lab-up of the start version refuses this lab, which runs v26.3.3 now, and leaves it running.
+    with pytest.raises(LabError, match="runs GPU Operator v26.3.3, not v26.3.2"):
+        Lab(workdir=lab.workdir, operator_version=START).up()
+    assert lab.is_up()

@@ -833,6 +833,7 @@ class Lab(object):
     def up(self):
         """Starts the lab (see the module docstring). A start that fails half-way stops what
         it started, so no process outlives the error."""
+        self._refuse_another_version()
         try:
             self._up()
         except BaseException:
@@ -844,14 +845,16 @@ class Lab(object):
                     log("while stopping: %s" % exc)
             raise
 
+    def _refuse_another_version(self):
+        """A running real lab is reused only for the version it runs now (its start version, or the one a
+        chart upgrade switched it to); the refusal leaves it running (the error says how to stop it)."""
+        running = self.state().get("operator_version") or upstream.DEFAULT_OPERATOR_TAG
+        if self.state().get("mode") == "real" and running != self.start_version and self.is_up():
+            raise LabError("the lab in %s runs GPU Operator %s, not %s (%s): stop it first (make lab-down)"
+                           % (self.workdir, running, self.start_version, upstream.VERSION_ENV))
+
     def _up(self):
         if self.is_up():
-            # The version asked for at up against the one the lab runs now (its start version, or the one a
-            # chart upgrade switched it to).
-            running = self.state().get("operator_version") or upstream.DEFAULT_OPERATOR_TAG
-            if self.state().get("mode") == "real" and running != self.start_version:
-                raise LabError("the lab in %s runs GPU Operator %s, not %s (%s): stop it first (make lab-down)"
-                               % (self.workdir, running, self.start_version, upstream.VERSION_ENV))
             log("lab already up (%s, %s)" % (self.workdir, self.describe_operator()))
             self.register_fleet()
             return
