@@ -1208,6 +1208,19 @@ class KubeApi(object):
                           grace_period_seconds=0, propagation_policy="Background")
         return sorted(((item.get("metadata") or {}).get("name") or "") for item in (body or {}).get("items") or ())
 
+    def delete_secret(self, namespace, name, uid, resource_version):
+        """Delete that Secret only as it was read (preconditions: its uid and resourceVersion);
+        True when it was there, a 409 when it changed since."""
+        body = {"apiVersion": "v1", "kind": "DeleteOptions",
+                "preconditions": {"uid": uid, "resourceVersion": resource_version}}
+        try:
+            self._call(self.core.delete_namespaced_secret, name, namespace, body=body, _raw=True)
+        except ApiError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
     def pod_log(self, namespace, name, container=None, previous=False, limit_bytes=65536):
         kwargs = {"limit_bytes": limit_bytes}
         if container:

@@ -21,8 +21,10 @@ import re
 from datetime import datetime
 
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import k8s_objects as ko
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import manifest_yaml
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import node_check
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
+from ansible_collections.gpuplatform.rke2.plugins.module_utils.k8s import helm_release
 from ansible_collections.gpuplatform.rke2.plugins.module_utils.k8s_wait import objects as _cached
 
 LAYER_NODE = "node"  # the kubelet itself: below the ADR's layers
@@ -1057,10 +1059,27 @@ def job_attempt_failure(pod):
     return None
 
 
-def helmchart_condition(name, namespace):
+def release_has_chart(chart, releases, name):
+    """Whether helm's current revision of release ``name`` (its record Secrets, as dicts) is
+    deployed with the chart's version and values; False when unknown or unreadable."""
+    spec = chart.get("spec") or {}
+    try:
+        values = manifest_yaml.load_mapping(spec.get("valuesContent") or "{}") if spec.get("valuesContent") else {}
+        return helm_release.deployed_as(helm_release.history(releases, name), spec.get("version"), values)
+    except ValueError:
+        return False
+
+
+def helmchart_condition(name, namespace, release_namespace=None):
     """helm-controller installed the HelmChart: its install Job, created after the
     chart's last spec change, completed. A Failed condition on the chart or a failed
-    attempt of the Job ends the wait at once (``detail["failed"]``)."""
+    attempt of the Job ends the wait at once (``detail["failed"]``).
+
+    With ``release_namespace`` (the chart's targetNamespace, whose helm release records
+    are cached as ``releases``), a chart whose Job predates its change is also installed
+    when helm's deployed revision already carries the chart's version and values:
+    helm-controller then runs no new Job (after a failed upgrade is resumed onto the
+    revision that the chart now asks for again, for one)."""
     def condition(cache):
         chart = (cache.get("helmcharts") or {}).get("%s/%s" % (namespace, name))
         detail = {"failed": False, "job": None, "pod": None, "container": None, "previous": False,
@@ -1090,6 +1109,10 @@ def helmchart_condition(name, namespace):
         ko.read("Job", job)
         detail["job"] = job_name
         stale = job_predates_spec(job, chart)
+        if stale and release_namespace and release_has_chart(chart, _cached(cache, "releases"), name):
+            detail["message"] = ("the deployed release %s/%s already has the HelmChart's version and values (%s): "
+                                 "helm-controller has nothing to run" % (release_namespace, name, stale))
+            return True, detail
         if stale:
             detail["message"] = "%s: waiting for helm-controller to replace it" % stale
             return False, detail

@@ -244,7 +244,9 @@ class Lab(object):
         and kubectl read it) and the chart repository the lab site's HelmChart points at."""
         return {"K8S_AUTH_KUBECONFIG": self.kubeconfig, "KUBECONFIG": self.kubeconfig,
                 "LAB_CHART_REPO": self.chart_repo_url(), "LAB_INVENTORY": self.fleet_file,
-                upstream.VERSION_ENV: self.operator_version()}
+                upstream.VERSION_ENV: self.operator_version(),
+                # What make's SITE=lab steps read (the Makefile's SITE_ENV): this lab's, not .lab's.
+                "LAB_" + upstream.VERSION_ENV: self.operator_version()}
 
     def operator_version(self):
         """The GPU Operator version this lab runs: the real one it was started with, or the one the simulator
@@ -947,9 +949,11 @@ class Lab(object):
         return "\n".join(lines)
 
     # ------------------------------------------------------------ scenario helpers
-    def install_operator(self, values=None, name="gpu-operator", version=OPERATOR_VERSION, annotations=None):
+    def install_operator(self, values=None, name="gpu-operator", version=OPERATOR_VERSION, annotations=None,
+                         failure_policy=None):
         """Applies the gpu-operator HelmChart as the gpu_operator role would (tests use this
-        to get a rolled-out operator without running the role)."""
+        to get a rolled-out operator without running the role). ``failure_policy``: the
+        HelmChart's failurePolicy (unset: helm-controller's default, reinstall)."""
         from kubernetes import client
         if not values:
             # helm upgrade given no values reuses the last release's, and klipper-helm passes
@@ -962,6 +966,8 @@ class Lab(object):
                      "targetNamespace": "gpu-operator", "createNamespace": True,
                      "valuesContent": yaml.safe_dump(values or {}, default_flow_style=False)},
         }
+        if failure_policy:
+            body["spec"]["failurePolicy"] = failure_policy
         api = client.CustomObjectsApi(self.api)
         try:
             current = api.get_namespaced_custom_object("helm.cattle.io", "v1", "kube-system", "helmcharts", name)
