@@ -114,7 +114,7 @@ ACCEPTED = [
     ("*", against, "labels/%s/%s" % (node, om.DRIVER_UPGRADE_STATE_LABEL),
      "the operator's driver upgrade controller (controllers/upgrade_controller.go, autoUpgrade on by default) writes "
      "its state machine's label on each node with a driver, on its own schedule; the operand model does not "
-     "predict it, gpu_driver_upgrade_wait follows it (test_driver_upgrade_lab.py)")
+     "predict it, gpu_driver_upgrade_wait follows it (docs/waits.md)")
     for against in ("model", "simulator")
     for node in ("gpu-container-1", "gpu-container-2", "gpu-passthrough-1", "gpu-vgpu-1", "gpu-late-1", "gpu-spark-1")
 ]
