@@ -1070,6 +1070,13 @@ def release_has_chart(chart, releases, name):
         return False
 
 
+def _release_from(releases, name, config_hash):
+    try:
+        return helm_release.deployed_from(helm_release.history(releases, name), config_hash)
+    except ValueError:
+        return False
+
+
 def helmchart_condition(name, namespace, release_namespace=None):
     """helm-controller installed the HelmChart: its install Job, created after the
     chart's last spec change, completed. A Failed condition on the chart or a failed
@@ -1124,6 +1131,16 @@ def helmchart_condition(name, namespace, release_namespace=None):
             return False, detail
         complete = _condition(job, "Complete")
         if (complete and complete.get("status") == "True") or ((job.get("status") or {}).get("succeeded") or 0) >= 1:
+            config_hash = helm_release.job_config_hash(job)
+            if release_namespace and config_hash and not _release_from(_cached(cache, "releases"), name, config_hash):
+                # The entry script also ends 0 without running helm when the release's revision
+                # is not the one helm-controller expected (EXPECTED_RELEASE_REVISION: a failed
+                # record removed after the Job was made); helm-controller then finds the release
+                # without the Job's config hash and runs the Job again.
+                detail["message"] = ("Job %s complete, but helm's current revision of %s/%s is not a deployed one "
+                                     "made from it (config hash %s): helm-controller runs it again"
+                                     % (job_name, release_namespace, name, config_hash))
+                return False, detail
             detail["message"] = "Job %s complete" % job_name
             return True, detail
         uid = _meta(job).get("uid")

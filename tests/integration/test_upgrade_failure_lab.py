@@ -106,10 +106,14 @@ def test_with_abort_a_failed_upgrade_leaves_the_running_release_alone(real_opera
     assert _release(lab)["current"]["status"] == "failed"
     resumed = _release(lab, resume_failed_upgrade=True)
     assert resumed["changed"] and resumed["current"]["revision"] == deployed["revision"], resumed
-    assert run_module("helmchart_wait", {"name": "gpu-operator", "timeout": 240}, lab.kubeconfig).get("failed") \
-        is None
+    # Installed: the Job of the fixed chart complete AND helm's deployed revision carrying the
+    # chart's version and values (release_namespace). The fix is the values that ran before: the
+    # same revision when helm-controller finds nothing to run, or an upgrade to the same values.
+    waited = run_module("helmchart_wait", {"name": "gpu-operator", "release_namespace": NS, "timeout": 240},
+                        lab.kubeconfig)
+    assert waited.get("failed") is None, waited
     after = _release(lab)
-    assert after["current"]["status"] == "deployed" and after["current"]["revision"] > deployed["revision"], after
+    assert after["current"]["status"] == "deployed" and after["failed_upgrade"] is None, after
     assert _release(lab, resume_failed_upgrade=True)["changed"] is False
     lab.wait_settled(timeout=240)
     assert _running(lab) == before

@@ -186,6 +186,7 @@ class Lab(object):
         self.kubeconfig = os.path.join(self.workdir, "kubeconfig")
         self.logs_dir = os.path.join(self.workdir, "logs")
         self._children = {}
+        self._components_checked = 0.0
         self._api = None
         self._mode = mode
 
@@ -579,8 +580,12 @@ class Lab(object):
 
     def _start_helm_controller(self):
         tools = self.state()["helm_tools"]
+        # helm-controller is leader-elected (wrangler's lease, 30 s to renew) and exits when it
+        # cannot renew in time. The lab runs one, with no contender: a host busy with a second,
+        # 200-node lab, or an API server restart, must not end it (and every install after it).
         self._spawn("helm-controller", [os.path.join(tools, "helm-controller"), "--kubeconfig", self.kubeconfig],
-                    env={"NODE_NAME": "cpu-1"})
+                    env={"NODE_NAME": "cpu-1", "CATTLE_ELECTION_LEASE_DURATION": "24h",
+                         "CATTLE_ELECTION_RENEW_DEADLINE": "23h"})
         # helm-controller installs its own, embedded HelmChart CRDs at start.
         self._wait_for("helm-controller's HelmChart CRDs", lambda: self._crds_established(
             {"helmcharts.helm.cattle.io", "helmchartconfigs.helm.cattle.io"}), 120, "helm-controller")
@@ -1025,10 +1030,28 @@ class Lab(object):
         missing = ["no summary read yet"]
 
         def caught_up():
+            self._check_components()
             missing[:] = [self._unsettled(token, installed)]
             return not missing[0]
         self._wait_for("GPU layer settled (%s)" % self.mode, caught_up, timeout, "node-agent", why=lambda: missing[0])
         return self.settled()
+
+    def _check_components(self):
+        """Raises LabError when one of the lab's processes has exited: no wait on this lab can
+        end well then, and each would otherwise run to its timeout (the whole suite after it)."""
+        now = time.monotonic()
+        if now - self._components_checked < 1.0:
+            return
+        self._components_checked = now
+        for component in self.components():
+            if component == "gpu-operator":
+                # Stopped and started on purpose (restart_operator; a chart upgrade switches its
+                # version from another process): not a lab that broke.
+                continue
+            ended = self._exited(component)
+            if ended:
+                raise LabError("lab component %s has exited (%s); see %s:\n%s" % (
+                    component, ended, self._log_path(component), self._log_tail(component)))
 
     def _unsettled(self, token, installed):
         """What keeps the node agent's last summary from saying the lab settled after the

@@ -82,10 +82,141 @@ def test_the_failure_report_names_the_values_the_failed_upgrade_changed():
 
 
 class Cluster(FakeCluster):
+    replaced_once = ()
+
     def delete_secret(self, namespace, name, uid, resource_version):
         self.calls.append(("delete", name, uid, resource_version))
         self.apply("secrets", "DELETED", self.world["secrets"][namespace + "/" + name])
         return True
+
+    def suspend_job(self, namespace, name, uid):
+        # The job controller's answer: the Job's pods go (and the record still stands then).
+        assert "sh.helm.release.v1.gpu-operator.v3" in "".join(self.world["secrets"]), "suspended after the removal"
+        replaced = self.replaced_once.pop() if self.replaced_once else None
+        if replaced:
+            # helm-controller replaced the Job (same name) between the read and this write.
+            self.calls.append(("suspend-refused", name, uid))
+            raise k8s_wait.ApiError(409, "Precondition failed: UID in precondition: %s" % uid)
+        self.calls.append(("suspend", name, uid))
+        for key, pod in list(self.world.get("pods", {}).items()):
+            self.apply("pods", "DELETED", pod)
+
+    def delete_job(self, namespace, name, uid):
+        assert any(c[0] == "delete" and c[1].startswith("sh.helm") for c in self.calls), "deleted after the record"
+        self.calls.append(("delete-job", name, uid))
+        self.apply("jobs", "DELETED", self.world["jobs"]["%s/%s" % (namespace, name)])
+        return True
+
+
+VALUES_OK = "operator:\n  resources: {}\n"
+VALUES_BAD = "operator:\n  resources:\n    limits:\n      cpu: two-cores\n"
+
+
+def helmchart(values, job="helm-install-gpu-operator"):
+    return {"apiVersion": "helm.cattle.io/v1", "kind": "HelmChart",
+            "metadata": {"name": "gpu-operator", "namespace": "kube-system"},
+            "spec": {"chart": "gpu-operator", "version": "v26.3.3", "valuesContent": values},
+            "status": {"jobName": job}}
+
+
+def install_job(complete=False):
+    status = {"failed": 2, "active": 1}
+    if complete:
+        status = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
+    return {"metadata": {"name": "helm-install-gpu-operator", "namespace": "kube-system", "uid": "job-uid"},
+            "spec": {"suspend": False}, "status": status}
+
+
+def job_pod():
+    return {"metadata": {"name": "helm-install-gpu-operator-x", "namespace": "kube-system",
+                         "labels": {"batch.kubernetes.io/controller-uid": "job-uid"}},
+            "status": {"phase": "Running"}}
+
+
+def aborting_release(chart_values=VALUES_BAD, complete=False):
+    """A failed upgrade whose install Job (made for ``chart_values``) still retries."""
+    cluster = failed_release()
+    cluster.world["helmcharts"] = {"kube-system/gpu-operator": helmchart(chart_values)}
+    cluster.world["jobs"] = {"kube-system/helm-install-gpu-operator": install_job(complete)}
+    cluster.world["pods"] = {} if complete else {"kube-system/helm-install-gpu-operator-x": job_pod()}
+    return cluster
+
+
+def test_the_job_of_the_values_that_failed_is_held_before_the_record_goes(module):
+    """The fixed chart is delivered next: the suspended Job stays for helm-controller to replace."""
+    cluster = aborting_release()
+    rc, result = module(cluster, resume_failed_upgrade=True, chart=helmchart(VALUES_OK))
+    assert rc == 0 and result["changed"], result
+    acts = [c[:2] for c in cluster.calls if c[0] in ("suspend", "delete", "delete-job")]
+    assert acts == [("suspend", "helm-install-gpu-operator"), ("delete", "sh.helm.release.v1.gpu-operator.v3")]
+    assert result["install_job"] == {"name": "helm-install-gpu-operator", "action": "hold"}
+
+
+def test_a_chart_that_stays_gets_its_job_restarted_after_the_record_goes(module, tmp_path):
+    cluster = aborting_release(chart_values=VALUES_OK)
+    src = tmp_path / "gpu-operator.yaml"
+    src.write_text("# rendered\n---\n" + json.dumps(helmchart(VALUES_OK)))
+    rc, result = module(cluster, resume_failed_upgrade=True, chart_src=str(src))
+    assert rc == 0 and result["install_job"] == {"name": "helm-install-gpu-operator", "action": "restart"}, result
+    acts = [c[:2] for c in cluster.calls if c[0] in ("suspend", "delete", "delete-job")]
+    assert acts == [("suspend", "helm-install-gpu-operator"), ("delete", "sh.helm.release.v1.gpu-operator.v3"),
+                    ("delete-job", "helm-install-gpu-operator")]
+    assert [c for c in cluster.calls if c[0] == "delete-job"][0][2] == "job-uid"
+
+
+def test_a_job_replaced_between_the_read_and_the_suspension_is_read_again(module):
+    cluster = aborting_release()
+    cluster.replaced_once = ["job-uid"]
+    rc, result = module(cluster, resume_failed_upgrade=True, chart=helmchart(VALUES_OK))
+    assert rc == 0 and result["install_job"]["action"] == "hold", result
+    assert [c[0] for c in cluster.calls if c[0].startswith("suspend")] == ["suspend-refused", "suspend"]
+    assert cluster.count("list", "jobs") == 2
+
+
+def test_check_mode_names_the_job_it_would_hold_and_touches_nothing(module):
+    cluster = aborting_release()
+    rc, result = module(cluster, check_mode=True, resume_failed_upgrade=True, chart=helmchart(VALUES_OK))
+    assert rc == 0 and result["changed"] and result["install_job"]["action"] == "hold"
+    assert not [c for c in cluster.calls if c[0] in ("suspend", "delete", "delete-job")]
+
+
+def test_a_finished_job_is_left_alone(module):
+    cluster = aborting_release(complete=True)
+    rc, result = module(cluster, resume_failed_upgrade=True, chart=helmchart(VALUES_OK))
+    assert rc == 0 and result["changed"] and result["install_job"] is None
+    assert [c[0] for c in cluster.calls if c[0] in ("suspend", "delete", "delete-job")] == ["delete"]
+
+
+def test_an_unreadable_chart_src_is_named_before_anything_changes(module, tmp_path):
+    cluster = aborting_release()
+    src = tmp_path / "two.yaml"
+    src.write_text("a: 1\n---\nb: 2\n")
+    rc, result = module(cluster, resume_failed_upgrade=True, chart_src=str(src))
+    assert rc == 1 and result["msg"].startswith("chart_src: %s cannot be read as a HelmChart" % src), result
+    assert not [c for c in cluster.calls if c[0] in ("suspend", "delete", "delete-job")]
+
+
+@pytest.mark.parametrize("job, next_chart, action", [
+    (None, None, None),
+    (install_job(complete=True), helmchart(VALUES_OK), None),
+    (install_job(), None, hr.JOB_RESTART),
+    (install_job(), helmchart(VALUES_BAD, job="another-status"), hr.JOB_RESTART),
+    (install_job(), helmchart(VALUES_OK), hr.JOB_HOLD),
+])
+def test_install_job_action(job, next_chart, action):
+    assert hr.install_job_action(helmchart(VALUES_BAD), job, next_chart) == action
+
+
+def test_a_job_failed_for_good_is_finished():
+    failed = {"status": {"failed": 7, "conditions": [{"type": "Failed", "status": "True"}]}}
+    assert hr.job_finished(failed) and not hr.job_finished(install_job())
+
+
+def test_a_pod_being_deleted_may_still_run():
+    ended = {"status": {"phase": "Failed"}}
+    terminating = {"metadata": {"deletionTimestamp": "2026-12-05T00:00:00Z"}, "status": {"phase": "Running"}}
+    assert hr.job_pods_stopped([]) and hr.job_pods_stopped([ended])
+    assert not hr.job_pods_stopped([ended, terminating])
 
 
 @pytest.fixture

@@ -832,6 +832,41 @@ def test_helmchart_wait_takes_a_chart_the_deployed_release_already_carries(run):
     assert rc == 1 and "waiting for helm-controller to replace it" in result["msg"]
 
 
+def _hashed(record, config_hash):
+    record["metadata"]["labels"]["helmcharts.helm.cattle.io/configHash"] = config_hash
+    return record
+
+
+def test_helmchart_wait_with_a_release_namespace_takes_a_complete_job_only_with_the_chart_deployed(run):
+    # The entry script ends 0 without helm when the release revision is not the one helm-controller
+    # expected (its cache, stale right after a resume): a complete Job, the old values still deployed.
+    from tests.unit.test_helmchart_release import record
+    chart = helmchart(job_name="helm-install-gpu-operator", spec_time="2026-11-30T11:00:00Z")
+    chart["spec"]["version"] = "v26.3.2"
+    skipped = job(uid="skipped", created="2026-11-30T11:00:02Z", complete=True, config_hash="SHA256=new")
+    rerun = job(uid="rerun", created="2026-11-30T11:00:09Z", config_hash="SHA256=new")
+    old_values = [record(1, "superseded"), _hashed(record(2, "deployed"), "SHA256=old")]
+    upgraded = _hashed(record(3, "deployed"), "SHA256=new")
+    cluster = FakeCluster(helmcharts=[chart], jobs=[skipped], releases=old_values)
+    cluster.script("jobs", [("advance", 5), ("DELETED", skipped), ("ADDED", rerun), ("advance", 10),
+                            ("MODIFIED", dict(rerun, status={"succeeded": 1}))])
+    cluster.script("releases", [("advance", 40), ("ADDED", upgraded)])
+    rc, result, _connects = run(helmchart_wait, cluster, name="gpu-operator", release_namespace="gpu-operator",
+                                timeout=60)
+    assert rc == 0 and result["message"] == "Job helm-install-gpu-operator complete", result
+    # Not when the rerun completed (15 s in), only once the release carried the chart.
+    assert result["elapsed"] > 15
+    # Had the upgrade never come, the timeout says why the complete Job is not the install.
+    cluster = FakeCluster(helmcharts=[chart], jobs=[skipped], releases=old_values)
+    rc, result, _connects = run(helmchart_wait, cluster, name="gpu-operator", release_namespace="gpu-operator",
+                                timeout=30)
+    assert rc == 1 and "is not a deployed one made from it (config hash SHA256=new)" in result["msg"], result
+    # Without the release namespace the skipped run counts (helm's record is not read).
+    cluster = FakeCluster(helmcharts=[chart], jobs=[skipped], releases=old_values)
+    rc, result, _connects = run(helmchart_wait, cluster, name="gpu-operator", timeout=60)
+    assert rc == 0 and result["elapsed"] == 0
+
+
 def test_helmchart_wait_timeout_says_what_it_saw_last(run):
     pending = job_pod(phase="Pending")
     pending["status"] = {"phase": "Pending", "conditions": [

@@ -34,6 +34,7 @@ RECORD_NAME = re.compile(r"^sh\.helm\.release\.v1\.(?P<release>.+)\.v(?P<revisio
 DEPLOYED = "deployed"
 FAILED = "failed"
 # Statuses of a revision that is being worked on (helm's release.Status*): an interrupted helm leaves them.
+CONFIG_HASH_LABEL = "helmcharts.helm.cattle.io/configHash"
 PENDING = ("pending-install", "pending-upgrade", "pending-rollback", "uninstalling")
 
 
@@ -79,6 +80,9 @@ def revision(secret):
         "namespace": body.get("namespace") or meta.get("namespace"),
         # The values given to helm for this revision (helm's "config"; the chart's defaults are not in it).
         "values": body.get("config") or {},
+        # helm-controller's hash of the HelmChart (and HelmChartConfig) this revision was made from,
+        # a label its Job's entry script passes to helm; None when another client made the revision.
+        "config_hash": labels.get(CONFIG_HASH_LABEL),
     }
 
 
@@ -189,3 +193,66 @@ def summary(rev):
     if not rev:
         return "not installed"
     return "revision %d (chart %s, %s)" % (rev["revision"], rev["chart_version"], rev["status"])
+
+
+# What the resume does to the HelmChart's install Job (helm-controller's, owned by the chart).
+# With failurePolicy abort that Job retries with backoff; each retry reads helm's record again.
+# Once the failed record is gone, a retry of a Job made for the chart's OLD spec would run
+# `helm upgrade` with the values that failed, and record a new failed revision before the
+# fixed chart's Job exists. So the Job is suspended first (the job controller stops its pod),
+# and only then is the record removed:
+#  - "hold": the chart about to be delivered differs from the one in the cluster; helm-controller
+#    replaces the suspended Job when it lands (a new Job whose first run finds the deployed
+#    revision current).
+#  - "restart": the chart stays as it is (already fixed); the suspended Job is deleted after the
+#    removal and helm-controller, which watches the Jobs its charts own, creates it again, so
+#    the run starts now and not after the Job's backoff, without the aborted attempts counted.
+JOB_HOLD = "hold"
+JOB_RESTART = "restart"
+
+
+def _spec_of(chart):
+    return dict((k, v) for k, v in ((chart or {}).get("spec") or {}).items() if v is not None)
+
+
+def job_finished(job):
+    """Whether the Job ran to an end (Complete, or Failed after its backoff limit)."""
+    for condition in (job.get("status") or {}).get("conditions") or ():
+        if condition.get("type") in ("Complete", "Failed") and condition.get("status") == "True":
+            return True
+    return False
+
+
+def install_job_action(cluster_chart, job, next_chart=None):
+    """What the resume does to ``job`` (the Job ``cluster_chart.status.jobName`` names), as
+    above: JOB_HOLD, JOB_RESTART, or None when there is no Job that could run again.
+    ``next_chart``: the HelmChart about to be delivered (None: the cluster's stays)."""
+    if not job or job_finished(job):
+        return None
+    if next_chart is not None and _spec_of(next_chart) != _spec_of(cluster_chart):
+        return JOB_HOLD
+    return JOB_RESTART
+
+
+def job_pods_stopped(pods):
+    """Whether no pod of a suspended Job runs any more: each is gone or ended. A pod that is
+    only being deleted may still run a container started before the suspension, whose entry
+    script reads helm's record after it has fetched the chart, so possibly after the removal."""
+    return all((pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") for pod in pods)
+
+
+def job_config_hash(job):
+    """The CONFIG_HASH helm-controller gave its install Job (the hash its run labels the release
+    with), or None."""
+    for container in (((job.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or ():
+        for env in container.get("env") or ():
+            if env.get("name") == "CONFIG_HASH" and env.get("value"):
+                return env["value"]
+    return None
+
+
+def deployed_from(revisions, config_hash):
+    """Whether helm's current revision is deployed and was made from the HelmChart config whose
+    hash is ``config_hash`` (helm-controller's own test before it skips a chart)."""
+    latest = current(revisions)
+    return bool(latest and latest["status"] == DEPLOYED and latest.get("config_hash") == config_hash)
