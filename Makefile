@@ -31,10 +31,12 @@ export PYTHONPATH := $(COLL_ROOT)
 # Every site step runs ansible-playbook on inventories/$(SITE)/hosts.yml; SITE=lab talks to the
 # lab's API server unless K8S_AUTH_KUBECONFIG says otherwise.
 # The lab site's HelmChart points at the lab's chart repository (LAB_CHART_REPO, from labctl env), and names
-# the version the lab runs (GPU_OPERATOR_VERSION, from labctl env: the lab's, whatever make was given).
+# the version the lab runs (GPU_OPERATOR_VERSION, from labctl env: the lab's, whatever make was given; a lab
+# other than .lab, whose K8S_AUTH_KUBECONFIG and LAB_CHART_REPO are in the environment, says LAB_GPU_OPERATOR_VERSION).
 SITE_ENV = $(if $(filter lab,$(SITE)),K8S_AUTH_KUBECONFIG=$${K8S_AUTH_KUBECONFIG:-$(KUBECONFIG_LAB)} \
   LAB_CHART_REPO=$${LAB_CHART_REPO:-$$($(PY) -m tests.lab.labctl env 2>/dev/null | sed -n 's/^LAB_CHART_REPO=//p')} \
-  GPU_OPERATOR_VERSION=$$($(PY) -m tests.lab.labctl env 2>/dev/null | sed -n 's/^GPU_OPERATOR_VERSION=//p'))
+  GPU_OPERATOR_VERSION=$${LAB_GPU_OPERATOR_VERSION:-$$($(PY) -m tests.lab.labctl env 2>/dev/null | \
+  sed -n 's/^GPU_OPERATOR_VERSION=//p')})
 # SITE=lab: the inventory of the fleet the lab runs (a generated one after `make lab-up LAB_NODES=n`).
 SITE_INVENTORY = $(if $(filter lab,$(SITE)),$${LAB_INVENTORY:-$$($(PY) -m tests.lab.labctl env 2>/dev/null | \
   sed -n 's/^LAB_INVENTORY=//p')},inventories/$(SITE)/hosts.yml)

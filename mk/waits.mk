@@ -17,7 +17,8 @@ rke2/gpu/wait: venv ## step 6's waits without a playbook: operands, allocatable 
 	$(call wait_module,cuda_sample,per_node=true $(SAMPLE_ARGS))
 
 test-waits: venv ## unit tests of the watch-based wait engine and the wait modules
-	cd $(ROOT) && $(PY) -m pytest tests/unit/test_k8s_wait.py tests/unit/test_readiness.py tests/unit/test_wait_modules.py -q
+	cd $(ROOT) && $(PY) -m pytest tests/unit/test_k8s_wait.py tests/unit/test_readiness.py tests/unit/test_wait_modules.py \
+	  tests/unit/test_driver_upgrade.py -q
 
 bench-waits: venv lab-build ## benchmark: wait modules vs a 5 s kubectl polling loop on a lab of its own (~20 min)
 	cd $(ROOT) && $(PY) -m bench.bench_waits

@@ -1208,6 +1208,47 @@ class KubeApi(object):
                           grace_period_seconds=0, propagation_policy="Background")
         return sorted(((item.get("metadata") or {}).get("name") or "") for item in (body or {}).get("items") or ())
 
+    def delete_secret(self, namespace, name, uid, resource_version):
+        """Delete that Secret only as it was read (preconditions: its uid and resourceVersion);
+        True when it was there, a 409 when it changed since."""
+        body = {"apiVersion": "v1", "kind": "DeleteOptions",
+                "preconditions": {"uid": uid, "resourceVersion": resource_version}}
+        try:
+            self._call(self.core.delete_namespaced_secret, name, namespace, body=body, _raw=True)
+        except ApiError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def get_object(self, group, version, plural, name, namespace):
+        """One namespaced object of a named API group (apps, batch, CRDs) as a dict, or None."""
+        try:
+            return self._call(self.custom.get_namespaced_custom_object, group, version, namespace, plural, name)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def suspend_job(self, namespace, name, uid):
+        """Suspend that Job (the job controller stops its pods and starts none). The uid in the
+        patch is a precondition: another Job of the same name is refused (409)."""
+        return self._call(self.custom.patch_namespaced_custom_object, "batch", "v1", namespace, "jobs", name,
+                          {"metadata": {"uid": uid}, "spec": {"suspend": True}})
+
+    def delete_job(self, namespace, name, uid):
+        """Delete that Job (precondition: its uid) and its pods; True when it was there."""
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background",
+                "preconditions": {"uid": uid}}
+        try:
+            self._call(self.custom.delete_namespaced_custom_object, "batch", "v1", namespace, "jobs", name,
+                       body=body, _raw=True)
+        except ApiError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
     def pod_log(self, namespace, name, container=None, previous=False, limit_bytes=65536):
         kwargs = {"limit_bytes": limit_bytes}
         if container:

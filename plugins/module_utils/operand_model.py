@@ -96,6 +96,39 @@ HELMCHART_API = ("helm.cattle.io", "v1", "helmcharts")
 CONTAINER_RESOURCE = "nvidia.com/gpu"
 RESOURCE_PREFIX = "nvidia.com/"
 
+# The driver upgrade controller (upgrade_controller.go, driver name "gpu" from
+# cmd/gpu-operator/main.go upgrade.SetDriverName) and the state machine it runs, NVIDIA
+# k8s-operator-libs pkg/upgrade as vendored in gpu-operator v26.3.2 (consts.go): the node
+# label UpgradeStateLabelKeyFmt "nvidia.com/%s-driver-upgrade-state", the skip label
+# UpgradeSkipNodeLabelKeyFmt, the drain's pod skip label UpgradeSkipDrainDriverSelectorFmt,
+# the annotation UpgradeInitialStateAnnotationKeyFmt (the node was cordoned before its upgrade).
+DRIVER_UPGRADE_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
+DRIVER_UPGRADE_SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"
+DRIVER_UPGRADE_DRAIN_SKIP_LABEL = "nvidia.com/gpu-driver-upgrade-drain.skip"
+DRIVER_UPGRADE_INITIAL_UNSCHEDULABLE_ANNOTATION = "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
+# consts.go UpgradeState*, in the in-place flow's order (upgrade_state.go ApplyState); the
+# node-maintenance states belong to the requestor mode (an external maintenance operator).
+# No label (UpgradeStateUnknown, ""): not processed yet, or autoUpgrade is off.
+UPGRADE_REQUIRED = "upgrade-required"
+UPGRADE_CORDON_REQUIRED = "cordon-required"
+UPGRADE_WAIT_FOR_JOBS_REQUIRED = "wait-for-jobs-required"
+UPGRADE_POD_DELETION_REQUIRED = "pod-deletion-required"
+UPGRADE_DRAIN_REQUIRED = "drain-required"
+UPGRADE_NODE_MAINTENANCE_REQUIRED = "node-maintenance-required"
+UPGRADE_POST_MAINTENANCE_REQUIRED = "post-maintenance-required"
+UPGRADE_POD_RESTART_REQUIRED = "pod-restart-required"
+UPGRADE_VALIDATION_REQUIRED = "validation-required"
+UPGRADE_UNCORDON_REQUIRED = "uncordon-required"
+UPGRADE_DONE = "upgrade-done"
+UPGRADE_FAILED = "upgrade-failed"
+DRIVER_UPGRADE_STATES = (
+    UPGRADE_REQUIRED, UPGRADE_CORDON_REQUIRED, UPGRADE_WAIT_FOR_JOBS_REQUIRED, UPGRADE_POD_DELETION_REQUIRED,
+    UPGRADE_DRAIN_REQUIRED, UPGRADE_NODE_MAINTENANCE_REQUIRED, UPGRADE_POST_MAINTENANCE_REQUIRED,
+    UPGRADE_POD_RESTART_REQUIRED, UPGRADE_VALIDATION_REQUIRED, UPGRADE_UNCORDON_REQUIRED, UPGRADE_DONE, UPGRADE_FAILED)
+# common_manager.go GetUpgradesInProgress: every managed node but those unlabelled, done or
+# still upgrade-required holds one of maxParallelUpgrades' slots (upgrade-failed too).
+UPGRADE_NOT_IN_PROGRESS = ("", UPGRADE_REQUIRED, UPGRADE_DONE)
+
 # ClusterPolicy status as the operator saves it (clusterpolicy_controller.go Reconcile,
 # internal/conditions). status.state is ready or notReady: "ignored" (a second
 # ClusterPolicy) is set in memory and never saved, so no live object carries it.

@@ -27,6 +27,14 @@ HELMCHART_NAMESPACE = "kube-system"
 CHART_NAME = "gpu-operator"
 CHART_REPO = "https://helm.ngc.nvidia.com/nvidia"
 MANAGED_BY_LABEL = ("app.kubernetes.io/managed-by", "gpuplatform.rke2")
+# What helm-controller's install Job does when it finds the release failed (a helm upgrade that
+# failed half-way). helm-controller's default is reinstall (pkg/controllers/chart/chart.go,
+# DefaultFailurePolicy), and klipper-helm's entry script then runs `helm uninstall` and installs
+# again: every operand DaemonSet, driver and device plugin pod on every GPU node is deleted.
+# abort leaves the failed release and everything it runs alone and fails the Job until a person
+# acts (a fixed value, or a rollback). The collection renders abort unless the site says otherwise.
+FAILURE_POLICIES = ("abort", "reinstall")
+DEFAULT_FAILURE_POLICY = "abort"
 
 # Chart lines this collection renders for, with what differs between them (facts 5, 6).
 #   cdi_default: chart default of cdi.enabled (false before v25.10)
@@ -670,15 +678,19 @@ def chart_content(archive_bytes):
 
 
 def helmchart(values_content, chart_version, target_namespace=om.DEFAULT_NAMESPACE, name=CHART_NAME,
-              repo=CHART_REPO, content=None):
+              repo=CHART_REPO, content=None, failure_policy=DEFAULT_FAILURE_POLICY):
     """The ``helm.cattle.io/v1 HelmChart`` for RKE2's helm-controller. With ``content``
-    (base64 chart archive) the chart comes from the manifest itself, not a repo."""
+    (base64 chart archive) the chart comes from the manifest itself, not a repo.
+    ``failure_policy``: see FAILURE_POLICIES."""
+    if failure_policy not in FAILURE_POLICIES:
+        raise ValueError("failure_policy must be one of %s, got %r" % (", ".join(FAILURE_POLICIES), failure_policy))
     spec = {"chart": CHART_NAME, "version": chart_version}
     if content:
         spec["chartContent"] = content
     else:
         spec["repo"] = repo
-    spec.update({"targetNamespace": target_namespace, "createNamespace": True, "valuesContent": values_content})
+    spec.update({"targetNamespace": target_namespace, "createNamespace": True, "failurePolicy": failure_policy,
+                 "valuesContent": values_content})
     return {
         "apiVersion": "helm.cattle.io/v1",
         "kind": "HelmChart",

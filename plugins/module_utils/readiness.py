@@ -21,8 +21,10 @@ import re
 from datetime import datetime
 
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import k8s_objects as ko
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import manifest_yaml
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import node_check
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
+from ansible_collections.gpuplatform.rke2.plugins.module_utils.k8s import helm_release
 from ansible_collections.gpuplatform.rke2.plugins.module_utils.k8s_wait import objects as _cached
 
 LAYER_NODE = "node"  # the kubelet itself: below the ADR's layers
@@ -1057,10 +1059,34 @@ def job_attempt_failure(pod):
     return None
 
 
-def helmchart_condition(name, namespace):
+def release_has_chart(chart, releases, name):
+    """Whether helm's current revision of release ``name`` (its record Secrets, as dicts) is
+    deployed with the chart's version and values; False when unknown or unreadable."""
+    spec = chart.get("spec") or {}
+    try:
+        values = manifest_yaml.load_mapping(spec.get("valuesContent") or "{}") if spec.get("valuesContent") else {}
+        return helm_release.deployed_as(helm_release.history(releases, name), spec.get("version"), values)
+    except ValueError:
+        return False
+
+
+def _release_from(releases, name, config_hash):
+    try:
+        return helm_release.deployed_from(helm_release.history(releases, name), config_hash)
+    except ValueError:
+        return False
+
+
+def helmchart_condition(name, namespace, release_namespace=None):
     """helm-controller installed the HelmChart: its install Job, created after the
     chart's last spec change, completed. A Failed condition on the chart or a failed
-    attempt of the Job ends the wait at once (``detail["failed"]``)."""
+    attempt of the Job ends the wait at once (``detail["failed"]``).
+
+    With ``release_namespace`` (the chart's targetNamespace, whose helm release records
+    are cached as ``releases``), a chart whose Job predates its change is also installed
+    when helm's deployed revision already carries the chart's version and values:
+    helm-controller then runs no new Job (after a failed upgrade is resumed onto the
+    revision that the chart now asks for again, for one)."""
     def condition(cache):
         chart = (cache.get("helmcharts") or {}).get("%s/%s" % (namespace, name))
         detail = {"failed": False, "job": None, "pod": None, "container": None, "previous": False,
@@ -1090,6 +1116,10 @@ def helmchart_condition(name, namespace):
         ko.read("Job", job)
         detail["job"] = job_name
         stale = job_predates_spec(job, chart)
+        if stale and release_namespace and release_has_chart(chart, _cached(cache, "releases"), name):
+            detail["message"] = ("the deployed release %s/%s already has the HelmChart's version and values (%s): "
+                                 "helm-controller has nothing to run" % (release_namespace, name, stale))
+            return True, detail
         if stale:
             detail["message"] = "%s: waiting for helm-controller to replace it" % stale
             return False, detail
@@ -1101,6 +1131,16 @@ def helmchart_condition(name, namespace):
             return False, detail
         complete = _condition(job, "Complete")
         if (complete and complete.get("status") == "True") or ((job.get("status") or {}).get("succeeded") or 0) >= 1:
+            config_hash = helm_release.job_config_hash(job)
+            if release_namespace and config_hash and not _release_from(_cached(cache, "releases"), name, config_hash):
+                # The entry script also ends 0 without running helm when the release's revision
+                # is not the one helm-controller expected (EXPECTED_RELEASE_REVISION: a failed
+                # record removed after the Job was made); helm-controller then finds the release
+                # without the Job's config hash and runs the Job again.
+                detail["message"] = ("Job %s complete, but helm's current revision of %s/%s is not a deployed one "
+                                     "made from it (config hash %s): helm-controller runs it again"
+                                     % (job_name, release_namespace, name, config_hash))
+                return False, detail
             detail["message"] = "Job %s complete" % job_name
             return True, detail
         uid = _meta(job).get("uid")

@@ -59,6 +59,17 @@ options:
         HelmChart's C(chartContent), so the cluster needs no chart repository. Its C(Chart.yaml) must name
         O(chart_version).
     type: path
+  failure_policy:
+    description:
+      - The HelmChart's C(failurePolicy), what helm-controller's install Job does when it finds the release
+        failed (a C(helm upgrade) that failed half-way).
+      - V(abort) leaves the failed release, the operator and every operand pod running and fails the Job until a
+        person acts (a fixed value, or the role's rollback).
+      - V(reinstall) (helm-controller's own default) runs C(helm uninstall) and installs again, which deletes every
+        operand, driver and device plugin pod on every GPU node, and the GPU workloads lose their devices.
+    type: str
+    choices: [abort, reinstall]
+    default: abort
   chart_values_reference:
     description:
       - The chart's C(values.yaml) for O(chart_version). Every rendered values key must exist in it (maps that
@@ -262,6 +273,28 @@ options:
       - Argo CD project of the Application rendering.
     type: str
     default: default
+  running_release:
+    description:
+      - The release the cluster runs (module M(gpuplatform.rke2.helmchart_release), its deployed revision's chart
+        version and values). The change to what this run renders must be one upgrade, else it is refused before
+        anything changes; RV(upgrade) says what it is.
+      - One chart line at a time (v26.3 to v26.7, not v25.10 to v26.7); a lower version is the role's rollback, not
+        an upgrade; C(driver.nvidiaDriverCRD.enabled) and C(gpuCluster.deployCR) are not turned on in the upgrade
+        that changes the line (a second upgrade does it). docs/upgrades.md gives the sources.
+    type: dict
+    suboptions:
+      chart_version:
+        description: The running chart version; unset when nothing is installed.
+        type: str
+      values:
+        description: The values helm was given for it.
+        type: dict
+        default: {}
+  running_values_reference:
+    description:
+      - The running chart's C(values.yaml), so that RV(upgrade) knows whether a chart change moves the driver (a new
+        chart's own driver default). Without it a version change counts as moving it.
+    type: path
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -303,6 +336,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+upgrade:
+  description:
+    - The change from O(running_release) to what this run renders (C(kind) install, values, patch, line or
+      downgrade; C(values_changed), dotted keys with their value before and after; C(driver_changed), the driver
+      settings whose effective value moves; C(driver_restart), whether the operator's upgrade controller will
+      restart the driver on every driver node; C(problems), why it is not one upgrade, which are refused).
+  returned: success
+  type: dict
 manifest:
   description: The HelmChart object.
   returned: success
@@ -366,6 +407,7 @@ from ansible.module_utils.common.text.converters import to_native
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import image_plan as ip
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import manifest_yaml
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operator_values as ov
+from ansible_collections.gpuplatform.rke2.plugins.module_utils.gpu import upgrade_path
 
 DECISION_KEYS = ("chart_version", "namespace", "driver_enabled", "driver_use_precompiled", "toolkit_enabled",
                  "cdi_enabled", "nri_plugin_enabled", "sandbox_workloads", "vgpu_manager", "time_slicing",
@@ -389,9 +431,10 @@ def chart_archive_metadata(archive_bytes):
     return chart, None
 
 
-def render(params, reference, archive_bytes=None, rke2_image_lists=()):
+def render(params, reference, archive_bytes=None, rke2_image_lists=(), running_reference=None):
     """Everything the module returns, from its parameters and the files' contents.
-    Raises ov.ValuesError listing every problem."""
+    Raises ov.ValuesError listing every problem. ``running_reference``: the values.yaml of
+    the running release's chart (O(running_release)), when the collection has it."""
     decisions = ov.default_decisions()
     decisions.update(dict((k, params[k]) for k in DECISION_KEYS if params.get(k) is not None))
     nodes = params.get("gpu_nodes") or []
@@ -434,6 +477,10 @@ def render(params, reference, archive_bytes=None, rke2_image_lists=()):
         # An image field of the chart's values (or the overrides) that is not text.
         raise ov.ValuesError(problems + ["values %s" % exc]) from exc
     problems.extend(ov.values_problems(values, decisions, reference, params.get("rke2_version")))
+    running = params.get("running_release") or {}
+    upgrade = upgrade_path.plan(running.get("chart_version"), version, running.get("values") or {},
+                                ov.canonical(values), running_reference, reference)
+    problems.extend("running_release: %s" % problem for problem in upgrade["problems"])
     problems = ov.unique(problems)
     if problems:
         raise ov.ValuesError(problems)
@@ -441,7 +488,7 @@ def render(params, reference, archive_bytes=None, rke2_image_lists=()):
     values = ov.canonical(values)
     values_content = manifest_yaml.dump(values)
     manifest = ov.helmchart(values_content, version, decisions["namespace"], params["name"], params["chart_repo"],
-                            content)
+                            content, params.get("failure_policy") or ov.DEFAULT_FAILURE_POLICY)
     application = ov.argocd_application(values, version, decisions["namespace"], params["name"],
                                         params["chart_repo"], params["argocd_namespace"], params["argocd_project"])
     runtime_class = ov.workload_runtime_class(version)
@@ -471,6 +518,7 @@ def render(params, reference, archive_bytes=None, rke2_image_lists=()):
         "images": images,
         "images_txt": ip.images_txt(sections, mirror, header=plan_header),
         "plan_problems": plan_problems,
+        "upgrade": upgrade,
         "workload_runtime_class": runtime_class,
         "warnings": ov.precompiled_churn_warnings(decisions, nodes, params.get("driver_kernels")),
     }
@@ -495,6 +543,7 @@ def main():
             chart_version=dict(type="str", default=ov.DEFAULT_CHART_VERSION),
             chart_repo=dict(type="str", default=ov.CHART_REPO),
             chart_archive=dict(type="path"),
+            failure_policy=dict(type="str", choices=list(ov.FAILURE_POLICIES), default=ov.DEFAULT_FAILURE_POLICY),
             chart_values_reference=dict(type="path", required=True),
             namespace=dict(type="str", default="gpu-operator"),
             driver_enabled=dict(type="bool", default=True),
@@ -537,6 +586,11 @@ def main():
             rke2_image_lists=dict(type="list", elements="path", default=[]),
             argocd_namespace=dict(type="str", default="argocd"),
             argocd_project=dict(type="str", default="default"),
+            running_release=dict(type="dict", options=dict(
+                chart_version=dict(type="str"),
+                values=dict(type="dict", default={}),
+            )),
+            running_values_reference=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -557,8 +611,16 @@ def main():
         archive = _read(module, "chart_archive", module.params["chart_archive"], binary=True)
     lists = [(os.path.basename(path), _read(module, "rke2_image_lists", path))
              for path in module.params["rke2_image_lists"]]
+    running_reference = None
+    if module.params["running_values_reference"]:
+        try:
+            running_reference = manifest_yaml.load_mapping(_read(module, "running_values_reference",
+                                                                 module.params["running_values_reference"]))
+        except ValueError as exc:
+            module.fail_json(msg="running_values_reference: %s is not a chart values.yaml: %s"
+                             % (module.params["running_values_reference"], to_native(exc)))
     try:
-        result = render(module.params, reference, archive, lists)
+        result = render(module.params, reference, archive, lists, running_reference)
     except ov.ValuesError as exc:
         _refuse(module, exc.problems)
     # Known issues of the chosen version (ov.KNOWN_ISSUES), once per run: the role renders on the controller once.

@@ -36,6 +36,14 @@ options:
       - The HelmChart's namespace; helm-controller runs the install Job there too.
     type: str
     default: kube-system
+  release_namespace:
+    description:
+      - The chart's C(targetNamespace), where helm keeps the release's records. When given, a chart whose Job predates
+        its last change is installed too when helm's current revision is deployed with the chart's version and
+        values (helm-controller then runs no new Job, for one after a failed upgrade is resumed onto the revision the
+        chart asks for again). C(global) values that the host's helm-controller sets itself (RKE2's
+        C(global.systemDefaultRegistry), ...) are not counted against the chart's values.
+    type: str
   log_lines:
     description:
       - How many of the failed Job pod's last log lines to return.
@@ -109,13 +117,16 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import k8s_wait
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import readiness
+from ansible_collections.gpuplatform.rke2.plugins.module_utils.k8s import helm_release
 from ansible_collections.gpuplatform.rke2.plugins.module_utils.k8s_connection import connection_arg_spec
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
 def check_params(params):
-    for key in ("name", "namespace"):
+    for key in ("name", "namespace", "release_namespace"):
+        if key == "release_namespace" and params.get(key) is None:
+            continue
         value = params[key] or ""
         if not _DNS_SUBDOMAIN.match(value) or len(value) > 253:
             return "%s: %r is not an RFC 1123 name" % (key, value)
@@ -129,16 +140,20 @@ def check_params(params):
 def resources(params):
     name, namespace = params["name"], params["namespace"]
     chart_selector = "%s=%s" % (readiness.HELMCHART_LABEL, name)
-    return [
+    found = [
         k8s_wait.by_name("helmcharts", "/".join(om.HELMCHART_API[:2]), om.HELMCHART_API[2], name, namespace=namespace),
         k8s_wait.resource("jobs", "batch/v1", "jobs", namespace=namespace, label_selector=chart_selector),
         k8s_wait.resource("pods", "v1", "pods", namespace=namespace, label_selector=chart_selector),
     ]
+    if params.get("release_namespace"):
+        found.append(k8s_wait.resource("releases", "v1", "secrets", namespace=params["release_namespace"],
+                                       label_selector=helm_release.selector(name)))
+    return found
 
 
 def wait(api, params):
     return k8s_wait.Waiter(api, resources(params), params["timeout"]).wait(
-        readiness.helmchart_condition(params["name"], params["namespace"]))
+        readiness.helmchart_condition(params["name"], params["namespace"], params.get("release_namespace")))
 
 
 def failed_log(api, params, detail):
@@ -164,6 +179,7 @@ def main():
     spec.update(
         name=dict(type="str", required=True),
         namespace=dict(type="str", default="kube-system"),
+        release_namespace=dict(type="str"),
         log_lines=dict(type="int", default=20),
         timeout=dict(type="int", default=600),
     )

@@ -56,6 +56,8 @@ def lab():
         os.environ["LAB_CHART_REPO"] = instance.chart_repo_url()
         # ... and renders it for the version the lab runs.
         os.environ[upstream.VERSION_ENV] = instance.operator_version()
+        # ... also through make's SITE=lab steps, which otherwise ask the developer's own .lab.
+        os.environ["LAB_" + upstream.VERSION_ENV] = instance.operator_version()
         yield instance
 
 

@@ -3,6 +3,7 @@
 helm-controller, a values change changes what runs, a second run changes nothing, a bad
 combination is refused before anything changes, and `state=absent` removes it all."""
 
+import json
 import os
 
 import pytest
@@ -165,6 +166,23 @@ def test_an_invalid_combination_fails_naming_the_key_and_changes_nothing(operato
     assert helmchart(operator_lab)["metadata"]["resourceVersion"] == before
     assert _read(role.manifest) == manifest
     assert not os.path.exists(role.previous)
+
+
+def test_a_servicemonitor_without_the_prometheus_operators_crd_is_refused_before_anything_changes(operator_lab, role):
+    # The lab serves no monitoring.coreos.com API, as a cluster without the Prometheus Operator.
+    assert_applied(role())
+    before = helmchart(operator_lab)["metadata"]["resourceVersion"]
+    manifest = _read(role.manifest)
+    refused = role("-e", json.dumps({"gpu_operator_extra_values": {"dcgmExporter": {"serviceMonitor": {
+        "enabled": True}}}}))
+    assert refused.returncode != 0
+    assert refused.outcomes("Refuse a ServiceMonitor on a cluster without the Prometheus Operator's CRD") == \
+        ["fatal"], str(refused)
+    assert "does not serve monitoring.coreos.com/v1 servicemonitors; install the Prometheus Operator " \
+           "(dcgmExporter.serviceMonitor.enabled is true; or leave it false) first" in refused.stdout, str(refused)
+    assert refused.recap["changed"] == 0
+    assert helmchart(operator_lab)["metadata"]["resourceVersion"] == before
+    assert _read(role.manifest) == manifest
 
 
 def test_absent_removes_the_chart_the_operators_objects_and_the_manifest(operator_lab, role):

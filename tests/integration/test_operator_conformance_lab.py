@@ -111,10 +111,10 @@ SCENARIOS = [
 
 # (scenario or "*", "model" or "simulator", path prefix of the difference, reason).
 ACCEPTED = [
-    ("*", against, "labels/%s/nvidia.com/gpu-driver-upgrade-state" % node,
+    ("*", against, "labels/%s/%s" % (node, om.DRIVER_UPGRADE_STATE_LABEL),
      "the operator's driver upgrade controller (controllers/upgrade_controller.go, autoUpgrade on by default) writes "
-     "its state machine's label on each node with a driver, on its own schedule; the collection reads only the "
-     "deploy labels' pause values (paused-for-driver-upgrade), not this label")
+     "its state machine's label on each node with a driver, on its own schedule; the operand model does not "
+     "predict it, gpu_driver_upgrade_wait follows it (docs/waits.md)")
     for against in ("model", "simulator")
     for node in ("gpu-container-1", "gpu-container-2", "gpu-passthrough-1", "gpu-vgpu-1", "gpu-late-1", "gpu-spark-1")
 ]

@@ -45,6 +45,8 @@ KNOWN = {
     "make rke2/gpu/labels": ("lab", ["make rke2/gpu/labels SITE=lab"]),
     "make rke2/gpu/operator/apply": ("lab", ["make rke2/gpu/operator/apply SITE=lab"]),
     "make rke2/gpu/operator/apply SITE=tirosh-home": ("lab", ["make rke2/gpu/operator/apply SITE=lab"]),
+    "make rke2/gpu/operator/upgrade SITE=tirosh-home OPERATOR_ARGS=--check": (
+        "lab", ["make rke2/gpu/operator/upgrade SITE=lab OPERATOR_ARGS=--check"]),
     "make rke2/gpu/verify": ("lab", ["make rke2/gpu/verify SITE=lab"]),
     "make check KUBECONFIG=~/.kube/config": ("lab", ["make check KUBECONFIG={kubeconfig}"]),
     "make site SITE=<site>": ("excluded", REAL_HOSTS),
@@ -66,7 +68,8 @@ KNOWN = {
 }
 
 # The order the lab commands run in: labels, the operator, verification, then the check.
-LAB_ORDER = ["make rke2/gpu/labels SITE=lab", "make rke2/gpu/operator/apply SITE=lab", "make rke2/gpu/verify SITE=lab",
+LAB_ORDER = ["make rke2/gpu/labels SITE=lab", "make rke2/gpu/operator/apply SITE=lab",
+             "make rke2/gpu/operator/upgrade SITE=lab OPERATOR_ARGS=--check", "make rke2/gpu/verify SITE=lab",
              "make check KUBECONFIG={kubeconfig}"]
 # The lab's fleet has, on purpose, a GPU node with a taint the operands do not tolerate (README, "The
 # lab"): verification and the check may fail on it, and must then name it and nothing else.

@@ -116,6 +116,12 @@ def test_every_wait_makes_the_same_requests_on_200_nodes_as_on_the_lab_fleet(sca
                 advertising = sorted(n.metadata.name for n in lab.core().list_node().items
                                      if rd.count(n.status.allocatable, om.CONTAINER_RESOURCE) >= 1)
                 assert sorted(p["node"] for p in result["pods"]) == advertising and len(advertising) > 2
-    assert dict((name, pair[0]) for name, pair in measured.items()) == dict(
-        (name, pair[1]) for name, pair in measured.items())
+    # The same lists on 200 nodes as on 7: nothing is read node by node. A watch may be opened
+    # once more per kind on the big fleet: the API server closes the watch of a client that
+    # falls behind its events (200 sample pods' worth, on a loaded host) without an error, and
+    # the wait watches on from the last version it saw, with no list. Requests that grew with
+    # the fleet would be ~28 times as many.
+    for name, (small, big) in sorted(measured.items()):
+        assert big["list"] == small["list"], (name, measured[name])
+        assert small["watch"] <= big["watch"] <= 2 * small["watch"], (name, measured[name])
     assert _sample_pods(scale_lab) == [] and _sample_pods(gpu_lab) == []

@@ -205,6 +205,7 @@ class Lab(object):
         self.kubeconfig = os.path.join(self.workdir, "kubeconfig")
         self.logs_dir = os.path.join(self.workdir, "logs")
         self._children = {}
+        self._components_checked = 0.0
         self._api = None
         self._mode = mode
         self.start_version = operator_version or OPERATOR_VERSION
@@ -264,7 +265,9 @@ class Lab(object):
         and kubectl read it) and the chart repository the lab site's HelmChart points at."""
         return {"K8S_AUTH_KUBECONFIG": self.kubeconfig, "KUBECONFIG": self.kubeconfig,
                 "LAB_CHART_REPO": self.chart_repo_url(), "LAB_INVENTORY": self.fleet_file,
-                upstream.VERSION_ENV: self.operator_version()}
+                upstream.VERSION_ENV: self.operator_version(),
+                # What make's SITE=lab steps read (the Makefile's SITE_ENV): this lab's, not .lab's.
+                "LAB_" + upstream.VERSION_ENV: self.operator_version()}
 
     def operator_version(self):
         """The GPU Operator version this lab runs: the real one it was started with, or the one the simulator
@@ -628,8 +631,12 @@ class Lab(object):
 
     def _start_helm_controller(self):
         tools = self.state()["helm_tools"]
+        # helm-controller is leader-elected (wrangler's lease, 30 s to renew) and exits when it
+        # cannot renew in time. The lab runs one, with no contender: a host busy with a second,
+        # 200-node lab, or an API server restart, must not end it (and every install after it).
         self._spawn("helm-controller", [os.path.join(tools, "helm-controller"), "--kubeconfig", self.kubeconfig],
-                    env={"NODE_NAME": "cpu-1"})
+                    env={"NODE_NAME": "cpu-1", "CATTLE_ELECTION_LEASE_DURATION": "24h",
+                         "CATTLE_ELECTION_RENEW_DEADLINE": "23h"})
         # helm-controller installs its own, embedded HelmChart CRDs at start.
         self._wait_for("helm-controller's HelmChart CRDs", lambda: self._crds_established(
             {"helmcharts.helm.cattle.io", "helmchartconfigs.helm.cattle.io"}), 120, "helm-controller")
@@ -1018,10 +1025,12 @@ class Lab(object):
         return "\n".join(lines)
 
     # ------------------------------------------------------------ scenario helpers
-    def install_operator(self, values=None, name="gpu-operator", version=None, annotations=None):
+    def install_operator(self, values=None, name="gpu-operator", version=None, annotations=None,
+                         failure_policy=None):
         """Applies the gpu-operator HelmChart as the gpu_operator role would (tests use this
         to get a rolled-out operator without running the role); ``version``: the chart
-        version, by default the one the lab runs now."""
+        version, by default the one the lab runs now. ``failure_policy``: the HelmChart's
+        failurePolicy (unset: helm-controller's default, reinstall)."""
         from kubernetes import client
         if not values:
             # helm upgrade given no values reuses the last release's, and klipper-helm passes
@@ -1030,10 +1039,13 @@ class Lab(object):
         body = {
             "apiVersion": "helm.cattle.io/v1", "kind": "HelmChart",
             "metadata": {"name": name, "namespace": "kube-system", "annotations": dict(annotations or {})},
-            "spec": {"chart": "gpu-operator", "repo": self.chart_repo_url(), "version": version or self.operator_version(),
+            "spec": {"chart": "gpu-operator", "repo": self.chart_repo_url(),
+                     "version": version or self.operator_version(),
                      "targetNamespace": "gpu-operator", "createNamespace": True,
                      "valuesContent": yaml.safe_dump(values or {}, default_flow_style=False)},
         }
+        if failure_policy:
+            body["spec"]["failurePolicy"] = failure_policy
         api = client.CustomObjectsApi(self.api)
         try:
             current = api.get_namespaced_custom_object("helm.cattle.io", "v1", "kube-system", "helmcharts", name)
@@ -1091,10 +1103,28 @@ class Lab(object):
         missing = ["no summary read yet"]
 
         def caught_up():
+            self._check_components()
             missing[:] = [self._unsettled(token, installed)]
             return not missing[0]
         self._wait_for("GPU layer settled (%s)" % self.mode, caught_up, timeout, "node-agent", why=lambda: missing[0])
         return self.settled()
+
+    def _check_components(self):
+        """Raises LabError when one of the lab's processes has exited: no wait on this lab can
+        end well then, and each would otherwise run to its timeout (the whole suite after it)."""
+        now = time.monotonic()
+        if now - self._components_checked < 1.0:
+            return
+        self._components_checked = now
+        for component in self.components():
+            if component == "gpu-operator":
+                # Stopped and started on purpose (restart_operator; a chart upgrade switches its
+                # version from another process): not a lab that broke.
+                continue
+            ended = self._exited(component)
+            if ended:
+                raise LabError("lab component %s has exited (%s); see %s:\n%s" % (
+                    component, ended, self._log_path(component), self._log_tail(component)))
 
     def _unsettled(self, token, installed):
         """What keeps the node agent's last summary from saying the lab settled after the

@@ -416,6 +416,14 @@ class NodeAgent(object):
         elif chart is not None and not chart["metadata"].get("deletionTimestamp"):
             summary["installed"] = self.chart_installed(chart)
             summary["namespace"] = chart["spec"].get("targetNamespace") or "default"
+            # helm records the release deployed once the ClusterPolicy exists; the operator
+            # creates the operand DaemonSets in its next pass through every state, and writes
+            # status.state at the end of it. Until then no DaemonSet says what will run: a
+            # quiet moment in between (a busy host) is not the settled fleet.
+            unreconciled = self.unreconciled_clusterpolicies()
+            if unreconciled:
+                summary["unreconciled_clusterpolicies"] = unreconciled
+                operator_settled = False
         mirror = ((chart or {}).get("metadata", {}).get("annotations") or {}).get(MIRROR_ANNOTATION)
         summary["mirror"] = mirror
         nodes = self._list(self.core.list_node)
@@ -451,6 +459,16 @@ class NodeAgent(object):
             self._ignore((409,), self.core.create_namespaced_config_map, "kube-system", body)
         elif (current.data or {}).get("status") != body["data"]["status"]:
             self.core.patch_namespaced_config_map(SIM_CONFIGMAP, "kube-system", body)
+
+    def unreconciled_clusterpolicies(self):
+        """The ClusterPolicies the operator has not yet been through (no status.state)."""
+        try:
+            items = self.custom.list_cluster_custom_object("nvidia.com", "v1", "clusterpolicies")["items"]
+        except client.ApiException as exc:
+            if exc.status == 404:  # the chart's CRD is not there yet
+                return []
+            raise
+        return sorted(cp["metadata"]["name"] for cp in items if not (cp.get("status") or {}).get("state"))
 
     def chart_installed(self, chart):
         """helm-controller's install Job completed AND helm's own record (the release

@@ -334,3 +334,32 @@ def test_expected_manifests_are_valid_helmcharts():
         assert len(docs) == 1 and docs[0]["kind"] == "HelmChart", name
         assert set(docs[0]["spec"]) <= fields, name
         assert isinstance(yaml.safe_load(docs[0]["spec"]["valuesContent"]), dict), name
+
+
+# ---------------------------------------------------------------- upgrades
+
+REFERENCE_V26_7 = os.path.join(ROOT, "roles", "gpu_operator", "files", "gpu-operator-v26.7.0-values.yaml")
+
+
+def test_a_change_that_skips_a_chart_line_is_refused_naming_the_running_release(capsys):
+    rc, result = run(capsys, chart_version="v26.7.0", chart_values_reference=REFERENCE_V26_7,
+                     running_release={"chart_version": "v25.10.1", "values": {}})
+    assert rc == 1
+    assert "running_release: v25.10.1 -> v26.7.0 skips the chart line v26.3" in result["msg"], result["msg"]
+
+
+def test_the_upgrade_says_what_changes_and_whether_the_driver_restarts(capsys):
+    rc, first = run(capsys)
+    assert rc == 0 and first["upgrade"]["kind"] == "install" and not first["upgrade"]["driver_restart"]
+    running = {"chart_version": "v26.3.2", "values": first["values"]}
+    rc, same = run(capsys, running_release=running, running_values_reference=REFERENCE_VALUES)
+    assert rc == 0 and same["upgrade"]["kind"] == "values" and same["upgrade"]["values_changed"] == {}
+    assert not same["upgrade"]["driver_restart"]
+    rc, line = run(capsys, chart_version="v26.7.0", chart_values_reference=REFERENCE_V26_7, running_release=running,
+                   running_values_reference=REFERENCE_VALUES)
+    assert rc == 0, line["msg"]
+    upgrade = line["upgrade"]
+    assert (upgrade["from"], upgrade["to"], upgrade["kind"]) == ("v26.3.2", "v26.7.0", "line")
+    # v26.7.0's chart brings its own driver (595.91.07), so every driver node restarts its driver.
+    assert upgrade["driver_changed"]["driver.version"][1] == "595.91.07" and upgrade["driver_restart"]
+    assert upgrade["values_changed"]["dcgmExporter.serviceMonitor.enabled"] == [None, False]

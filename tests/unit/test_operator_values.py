@@ -312,3 +312,11 @@ def test_canonical_sorts_every_map():
                                       ("gpu_operator", False), ("-gpu", False), ("", False)])
 def test_rfc1123_names(name, ok):
     assert ov.is_rfc1123_name(name) is ok
+
+
+def test_the_helmchart_carries_its_failure_policy():
+    # helm-controller reinstalls a failed release unless told otherwise; the collection renders abort.
+    assert ov.helmchart("{}\n", "v26.3.2")["spec"]["failurePolicy"] == "abort"
+    assert ov.helmchart("{}\n", "v26.3.2", failure_policy="reinstall")["spec"]["failurePolicy"] == "reinstall"
+    with pytest.raises(ValueError, match="failure_policy must be one of abort, reinstall, got 'retry'"):
+        ov.helmchart("{}\n", "v26.3.2", failure_policy="retry")

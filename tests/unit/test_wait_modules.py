@@ -803,6 +803,70 @@ def test_helmchart_wait_takes_an_installed_chart_whose_status_was_written_after_
     assert rc == 0 and result["message"] == "Job helm-install-gpu-operator complete" and result["elapsed"] == 0
 
 
+def _resumed_chart_and_releases(config):
+    """A chart changed after its (old, complete) Job, and helm's records in gpu-operator: revision 2
+    deployed with ``config``, what a resumed failed upgrade leaves."""
+    from tests.unit.test_helmchart_release import record
+    chart = helmchart(job_name="helm-install-gpu-operator", spec_time="2026-11-30T11:00:00Z")
+    chart["spec"]["version"] = "v26.3.2"
+    old = job(uid="old", created="2026-11-30T10:00:00Z", complete=True)
+    return FakeCluster(helmcharts=[chart], jobs=[old], releases=[record(1, "superseded"),
+                                                                 record(2, "deployed", values=config)])
+
+
+def test_helmchart_wait_takes_a_chart_the_deployed_release_already_carries(run):
+    # helm-controller runs no Job for a chart whose deployed release has its config; RKE2's own global values
+    # (set by its helm-controller) do not count against the chart's.
+    cluster = _resumed_chart_and_releases({"driver": {"enabled": False}, "global": {"systemDefaultRegistry": "r"}})
+    rc, result, _connects = run(helmchart_wait, cluster, name="gpu-operator", release_namespace="gpu-operator",
+                                timeout=30)
+    assert rc == 0, result
+    assert result["message"].startswith("the deployed release gpu-operator/gpu-operator already has the HelmChart's "
+                                        "version and values (Job helm-install-gpu-operator (created ")
+    # Without the release namespace, or with other values deployed, the old Job is still not the chart's.
+    rc, result, _connects = run(helmchart_wait, _resumed_chart_and_releases({"driver": {"enabled": False}}),
+                                name="gpu-operator", timeout=30)
+    assert rc == 1 and "waiting for helm-controller to replace it" in result["msg"]
+    rc, result, _connects = run(helmchart_wait, _resumed_chart_and_releases({"driver": {"enabled": True}}),
+                                name="gpu-operator", release_namespace="gpu-operator", timeout=30)
+    assert rc == 1 and "waiting for helm-controller to replace it" in result["msg"]
+
+
+def _hashed(record, config_hash):
+    record["metadata"]["labels"]["helmcharts.helm.cattle.io/configHash"] = config_hash
+    return record
+
+
+def test_helmchart_wait_with_a_release_namespace_takes_a_complete_job_only_with_the_chart_deployed(run):
+    # The entry script ends 0 without helm when the release revision is not the one helm-controller
+    # expected (its cache, stale right after a resume): a complete Job, the old values still deployed.
+    from tests.unit.test_helmchart_release import record
+    chart = helmchart(job_name="helm-install-gpu-operator", spec_time="2026-11-30T11:00:00Z")
+    chart["spec"]["version"] = "v26.3.2"
+    skipped = job(uid="skipped", created="2026-11-30T11:00:02Z", complete=True, config_hash="SHA256=new")
+    rerun = job(uid="rerun", created="2026-11-30T11:00:09Z", config_hash="SHA256=new")
+    old_values = [record(1, "superseded"), _hashed(record(2, "deployed"), "SHA256=old")]
+    upgraded = _hashed(record(3, "deployed"), "SHA256=new")
+    cluster = FakeCluster(helmcharts=[chart], jobs=[skipped], releases=old_values)
+    cluster.script("jobs", [("advance", 5), ("DELETED", skipped), ("ADDED", rerun), ("advance", 10),
+                            ("MODIFIED", dict(rerun, status={"succeeded": 1}))])
+    cluster.script("releases", [("advance", 40), ("ADDED", upgraded)])
+    rc, result, _connects = run(helmchart_wait, cluster, name="gpu-operator", release_namespace="gpu-operator",
+                                timeout=60)
+    assert rc == 0 and result["message"] == "Job helm-install-gpu-operator complete", result
+    # Not when the rerun completed (15 s in), only once the release carried the chart.
+    assert result["elapsed"] > 15
+    # Had the upgrade never come, the timeout says why the complete Job is not the install.
+    cluster = FakeCluster(helmcharts=[chart], jobs=[skipped], releases=old_values)
+    rc, result, _connects = run(helmchart_wait, cluster, name="gpu-operator", release_namespace="gpu-operator",
+                                timeout=30)
+    assert rc == 1 and "is not a deployed one made from it (config hash SHA256=new)" in result["msg"], result
+    # Without the release namespace the skipped run counts (helm's record is not read).
+    cluster = FakeCluster(helmcharts=[chart], jobs=[skipped], releases=old_values)
+    rc, result, _connects = run(helmchart_wait, cluster, name="gpu-operator", timeout=60)
+    assert rc == 0 and result["elapsed"] == 0
+
+
 def test_helmchart_wait_timeout_says_what_it_saw_last(run):
     pending = job_pod(phase="Pending")
     pending["status"] = {"phase": "Pending", "conditions": [
@@ -822,11 +886,17 @@ def test_helmchart_wait_watches_the_chart_its_jobs_and_their_pods():
     assert (res["helmcharts"].api_version, res["helmcharts"].field_selector) == (
         "helm.cattle.io/v1", "metadata.name=gpu-operator")
     assert res["jobs"].label_selector == res["pods"].label_selector == "helmcharts.helm.cattle.io/chart=gpu-operator"
+    assert "releases" not in res
+    res = dict((r.key, r) for r in helmchart_wait.resources({"name": "gpu-operator", "namespace": "kube-system",
+                                                             "release_namespace": "gpu-operator"}))
+    assert (res["releases"].plural, res["releases"].namespace, res["releases"].label_selector) == (
+        "secrets", "gpu-operator", "owner=helm,name=gpu-operator")
 
 
 @pytest.mark.parametrize("args, message", [
     ({"name": "GPU_Operator"}, "name: 'GPU_Operator' is not an RFC 1123 name"),
     ({"name": "gpu-operator", "timeout": -1}, "timeout must be zero or more seconds, got -1"),
+    ({"name": "gpu-operator", "release_namespace": "GPU"}, "release_namespace: 'GPU' is not an RFC 1123 name"),
 ])
 def test_helmchart_wait_rejects_bad_input_before_connecting(run, args, message):
     rc, result, connects = run(helmchart_wait, FakeCluster(), **args)

@@ -149,7 +149,8 @@ def helmchart(name="gpu-operator", namespace="kube-system", job_name=None, faile
 
 
 def job(name="helm-install-gpu-operator", uid="job-uid-1", created="2026-11-30T10:00:00Z", complete=False, failed=0,
-        namespace="kube-system", chart="gpu-operator"):
+        namespace="kube-system", chart="gpu-operator", config_hash=None):
+    """helm-controller's install Job; ``config_hash``: the CONFIG_HASH it puts in the Job's env."""
     status = {}
     if complete:
         status = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
@@ -157,6 +158,8 @@ def job(name="helm-install-gpu-operator", uid="job-uid-1", created="2026-11-30T1
         status["failed"] = failed
     return {"metadata": {"name": name, "namespace": namespace, "uid": uid, "creationTimestamp": created,
                          "labels": {"helmcharts.helm.cattle.io/chart": chart}},
+            "spec": {"template": {"spec": {"containers": [
+                {"name": "helm", "env": [{"name": "CONFIG_HASH", "value": config_hash}] if config_hash else []}]}}},
             "status": status}
 
 
