@@ -691,7 +691,59 @@ def _not_there(reason):
             "stuck_at": None, "layer": LAYER_NODE, "reason": reason}
 
 
-def operand_readiness_condition(namespace, require_reconciled=False, names=None, explicit=False, allow_no_nodes=False):
+def chart_images(images):
+    """The image references a delivered chart runs, from gpu_operator_chart's image plan (entries
+    with ``source`` and, on a mirrored site, ``mirror``: what the values name) or plain strings."""
+    refs = set()
+    for entry in images or ():
+        if isinstance(entry, dict):
+            ref = entry.get("mirror") or entry.get("source")
+        else:
+            ref = entry
+        if ref:
+            refs.add(str(ref))
+    return refs
+
+
+def _image_name(ref):
+    """The image's own name: the last path part without tag or digest (k8s-device-plugin)."""
+    return ref.split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0]
+
+
+def foreign_images(daemonset, images):
+    """The images of a DaemonSet's pod template that are of a name ``images`` has, yet none of
+    them; a tag may carry a suffix the operator adds (the driver's OS: driver:580.126.20-ubuntu22.04).
+    An image of a name the plan does not have is not judged: the plan leaves out what it cannot
+    name (the driver's per-OS tags without the nodes' OS), and no wait may hang on that."""
+    names = set(_image_name(known) for known in images)
+    spec = ((daemonset.get("spec") or {}).get("template") or {}).get("spec") or {}
+    used = [c.get("image") or "" for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])]
+    return sorted(set(i for i in used if _image_name(i) in names
+                      and not any(i == known or i.startswith(known + "-") for known in images)))
+
+
+def templates_of_another_chart(daemonsets, images):
+    """{operand DaemonSet: why its template is not the delivered chart's} when ``images`` are
+    given: after a chart upgrade the new operator rewrites every operand DaemonSet at its first
+    reconcile; until then the old templates are rolled out and their pods Ready, and no
+    status of the operator's says which change it has seen."""
+    if not images:
+        return {}
+    stale = {}
+    for ds in daemonsets:
+        name = _name(ds)
+        if om.operand_for_daemonset(name) is None or not (ds.get("status") or {}).get("desiredNumberScheduled"):
+            # Not an operand, or no node it runs on (a node type the plan was not made for).
+            continue
+        foreign = foreign_images(ds, images)
+        if foreign:
+            stale[name] = "its template runs %s, not of the chart delivered (the operator has not rewritten it)" % (
+                ", ".join(foreign))
+    return stale
+
+
+def operand_readiness_condition(namespace, require_reconciled=False, names=None, explicit=False, allow_no_nodes=False,
+                                images=None):
     """The fixed order: operator Deployment available, ClusterPolicy present (Ready and
     Reconciled when required), then every selected node's operand chain Running and
     Ready. Later steps are evaluated only when the earlier ones hold.
@@ -701,9 +753,12 @@ def operand_readiness_condition(namespace, require_reconciled=False, names=None,
     default selection every operand DaemonSet must be rolled out (kubernetes.core's rule,
     ``daemonset_rollout_problem``); with an explicit selection its generation observed,
     since its counts take in nodes outside the selection. A node selected at any point of
-    the wait stays wanted (``lost_nodes``)."""
+    the wait stays wanted (``lost_nodes``). With ``images`` (chart_images), an operand
+    DaemonSet whose template names another image is not rolled out either
+    (``templates_of_another_chart``)."""
     # Every node selected so far in this wait (see allocatable_condition).
     remembered = set()
+    images = chart_images(images)
 
     def condition(cache):
         pods = objects(cache, "pods")
@@ -740,6 +795,7 @@ def operand_readiness_condition(namespace, require_reconciled=False, names=None,
             for name in sorted(set(names) - set(per_node)):
                 per_node[name] = _not_there("the node is not in the cluster")
         unsettled = unsettled_daemonsets(daemonsets, owned, namespace, counts=not explicit)
+        unsettled.update(templates_of_another_chart(daemonsets, images))
         # A node it still waits for is not "left out".
         skipped = [s for s in skipped if s["node"] not in lost]
         detail.update(nodes=per_node, skipped=skipped, lost=lost, daemonsets=unsettled)

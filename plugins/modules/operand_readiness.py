@@ -68,6 +68,14 @@ options:
         waited for.
     type: list
     elements: str
+  images:
+    description:
+      - The images of the chart just delivered (the C(images) gpuplatform.rke2.gpu_operator_chart returns, or
+        references). After a chart upgrade the operand DaemonSets keep the old chart's templates, rolled out and Ready,
+        until the new operator's first reconcile rewrites them; with this option a DaemonSet whose template names any
+        other image (a tag may carry the suffix the operator adds, the driver's OS) is not rolled out yet.
+    type: list
+    elements: raw
   allow_no_nodes:
     description:
       - Let the operands step succeed when no GPU node is selected. By default an empty selection keeps the module
@@ -191,6 +199,12 @@ def check_params(params):
         return "timeout must be zero or more seconds, got %d" % params["timeout"]
     if params["names"] is not None and not all(params["names"]):
         return "names: node names must not be empty"
+    for index, entry in enumerate(params["images"] or ()):
+        reference = entry if isinstance(entry, str) else (entry.get("mirror") or entry.get("source")
+                                                          if isinstance(entry, dict) else None)
+        if not reference:
+            return "images[%d]: %r is neither an image reference nor an image plan entry (source, mirror)" % (
+                index, entry)
     return None
 
 
@@ -213,7 +227,8 @@ def wait(api, params):
     """(WaitResult, StepTimes) of the wait the options describe."""
     condition = readiness.operand_readiness_condition(
         params["namespace"], require_reconciled=params["require_reconciled"], names=params["names"],
-        explicit=bool(params["label_selector"] or params["names"]), allow_no_nodes=params["allow_no_nodes"])
+        explicit=bool(params["label_selector"] or params["names"]), allow_no_nodes=params["allow_no_nodes"],
+        images=params["images"])
     times = readiness.StepTimes()
     result = k8s_wait.Waiter(api, resources(params), params["timeout"]).wait(condition, times)
     return result, times
@@ -259,6 +274,7 @@ def main():
         label_selector=dict(type="str"),
         names=dict(type="list", elements="str"),
         allow_no_nodes=dict(type="bool", default=False),
+        images=dict(type="list", elements="raw"),
         timeout=dict(type="int", default=600),
     )
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)

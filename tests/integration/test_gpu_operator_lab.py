@@ -196,7 +196,9 @@ def test_absent_removes_the_chart_the_operators_objects_and_the_manifest(operato
         "changed"]
     # The module waited for helm-controller's uninstall (the finalizer): the object is gone now.
     assert helmchart(operator_lab) is None
-    assert apps.list_namespaced_daemon_set(NS).items == []
+    # helm uninstall deleted the ClusterPolicy; the garbage collector deletes the DaemonSets it owned in the
+    # background (and retries while their status moves: seen in the lab's kube-controller-manager log).
+    wait_for(apps.list_namespaced_daemon_set, lambda daemonsets: not daemonsets, namespace=NS)
     assert not [d for d in apps.list_namespaced_deployment(NS).items if d.metadata.name == om.OPERATOR_DEPLOYMENT]
     policies = client.CustomObjectsApi(operator_lab.api).list_cluster_custom_object("nvidia.com", "v1", "clusterpolicies")
     assert policies["items"] == []

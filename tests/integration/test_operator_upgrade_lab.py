@@ -23,13 +23,13 @@ gpu_allocatable_wait):
 import base64
 import os
 import re
-import time
 
 import pytest
 import yaml
-from kubernetes import client, watch
+from kubernetes import client
 
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import readiness as rd
 from ansible_collections.gpuplatform.rke2.plugins.module_utils.operator_values import default_decisions, render_values
 from tests.integration.conftest import started_lab
 from tests.integration.modules import run_module
@@ -44,7 +44,6 @@ PATH = (("upgrade", "v26.3.3"), ("upgrade", "v26.7.0"), ("rollback", "v26.3.3"))
 CLIENT_LABEL = om.DEPLOY_LABEL_PREFIX + "client"
 # A step's waits: a first upgrade to a version builds its operator (minutes when cold) before its pod is Ready.
 WAIT_S = 900
-TEMPLATES_S = 900
 
 
 # The driver DaemonSet is OnDelete: the operator's driver upgrade controller replaces its pods node by node
@@ -78,51 +77,6 @@ def chart_images(version):
                 walk(child)
     walk(defaults)
     return images
-
-
-def foreign_images(daemonset, images):
-    """The images of an operand DaemonSet's template that are none of ``images`` (the operator adds
-    an OS suffix to some tags: driver:580.126.20-ubuntu22.04)."""
-    spec = daemonset["spec"]["template"]["spec"]
-    used = [c["image"] for c in (spec.get("initContainers") or []) + spec["containers"]]
-    return sorted(i for i in used if not any(i == known or i.startswith(known + "-") for known in images))
-
-
-def stale_operands(daemonsets, images):
-    """{DaemonSet: its images not of the chart} for the operand DaemonSets; a reason when there is none."""
-    operands = dict((name, ds) for name, ds in daemonsets.items() if om.operand_for_daemonset(name))
-    if not operands:
-        return {"(none)": "no operand DaemonSet yet"}
-    return dict((name, foreign) for name, foreign in ((n, foreign_images(ds, images)) for n, ds in operands.items())
-                if foreign)
-
-
-def wait_operand_templates(lab, version, timeout):
-    """Watches the operand DaemonSets (one list, then watches, one deadline) until every one's pod
-    template names only the chart's images of ``version``: the new operator has taken over. The
-    collection's operand_readiness then waits for their pods; without this it could see the old
-    templates rolled out in the moment between the new operator's start and its first reconcile."""
-    apps = client.AppsV1Api(lab.api)
-    deadline = time.monotonic() + timeout
-    images = chart_images(version)
-    listing = apps.list_namespaced_daemon_set(NAMESPACE)
-    daemonsets = dict((ds["metadata"]["name"], ds) for ds in lab.api.sanitize_for_serialization(listing)["items"])
-    version_seen = listing.metadata.resource_version
-    while stale_operands(daemonsets, images):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            pytest.fail("operand DaemonSets not on %s's images after %ss: %s" % (
-                version, timeout, stale_operands(daemonsets, images)))
-        for event in watch.Watch().stream(apps.list_namespaced_daemon_set, NAMESPACE, resource_version=version_seen,
-                                          timeout_seconds=max(1, int(remaining))):
-            obj = event["raw_object"]
-            version_seen = obj["metadata"]["resourceVersion"]
-            if event["type"] == "DELETED":
-                daemonsets.pop(obj["metadata"]["name"], None)
-            else:
-                daemonsets[obj["metadata"]["name"]] = obj
-            if not stale_operands(daemonsets, images):
-                return
 
 
 def helm_release(lab):
@@ -162,8 +116,9 @@ def wait_step(lab, version):
     """The collection's waits, in the role's order, after the HelmChart changed to ``version``."""
     result = run_module("helmchart_wait", {"name": "gpu-operator", "timeout": WAIT_S}, lab.kubeconfig)
     assert not result.get("failed"), "helmchart_wait (%s): %s" % (version, result.get("msg"))
-    wait_operand_templates(lab, version, TEMPLATES_S)
-    readiness = run_module("operand_readiness", {"require_reconciled": True, "timeout": WAIT_S}, lab.kubeconfig)
+    # The chart's images: the operand wait holds until the new operator has rewritten every template.
+    readiness = run_module("operand_readiness", {"require_reconciled": True, "images": sorted(chart_images(version)),
+                                                 "timeout": WAIT_S}, lab.kubeconfig)
     assert not readiness.get("failed"), "operand_readiness (%s): %s" % (version, readiness.get("msg"))
     allocatable = run_module("gpu_allocatable_wait", {"timeout": WAIT_S}, lab.kubeconfig)
     assert not allocatable.get("failed"), "gpu_allocatable_wait (%s): %s" % (version, allocatable.get("msg"))
@@ -195,7 +150,7 @@ def assert_end_state(lab, version, allocatable):
     for ds in operands:
         status = ds["status"]
         name = ds["metadata"]["name"]
-        assert foreign_images(ds, images) == [], name
+        assert rd.foreign_images(ds, images) == [], name
         assert status.get("observedGeneration") == ds["metadata"]["generation"], name
         assert status.get("updatedNumberScheduled", 0) == status["desiredNumberScheduled"] == \
             status.get("numberReady", 0), (name, status)

@@ -403,3 +403,82 @@ def test_named_left_out_keeps_only_the_named_nodes():
     assert rd.named_left_out(["gpu-2", "gpu-9"], nodes, skipped) == [
         {"node": "gpu-2", "reason": "cordoned"}, {"node": "gpu-9", "reason": "not in the cluster"}]
     assert rd.named_left_out(["gpu-1"], nodes, skipped) == []
+
+
+# ---------------------------------------------------------------- the delivered chart's templates
+
+OLD_PLUGIN, NEW_PLUGIN = "nvcr.io/nvidia/k8s-device-plugin:v0.18.0", "nvcr.io/nvidia/k8s-device-plugin:v0.18.2"
+OLD_DRIVER, NEW_DRIVER = "nvcr.io/nvidia/driver:580.105.08", "nvcr.io/nvidia/driver:580.126.20"
+
+
+def with_images(ds, *images):
+    ds = copy.deepcopy(ds)
+    ds["spec"]["template"]["spec"]["containers"] = [{"name": "c%d" % i, "image": image} for i, image in
+                                                    enumerate(images)]
+    return ds
+
+
+def taken_over(plugin, driver):
+    """The container chain rolled out and Ready, the device plugin and driver templates naming ``plugin``
+    and ``driver`` (the driver's tag with the OS suffix the operator adds)."""
+    daemonsets = []
+    for operand_name in CONTAINER_CHAIN:
+        ds = rolled(operand_name)
+        if operand_name == "device-plugin":
+            ds = with_images(ds, plugin)
+        elif operand_name == "driver":
+            ds = with_images(ds, driver + "-ubuntu22.04")
+        daemonsets.append(ds)
+    return daemonsets
+
+
+PLAN = [{"source": NEW_PLUGIN, "components": ["device-plugin"]}, {"source": NEW_DRIVER, "components": ["driver"]}]
+
+
+def test_an_operand_template_of_the_chart_before_is_not_rolled_out_for_the_chart_delivered():
+    nodes = [gpu_node("gpu-1")]
+    old = taken_over(OLD_PLUGIN, OLD_DRIVER)
+    condition = rd.operand_readiness_condition(NS, images=PLAN)
+    done, detail = condition(operands_cache(nodes, fleet_pods(old, ["gpu-1"]), old))
+    assert not done
+    assert detail["daemonsets"] == {
+        PLUGIN_DS: "its template runs %s, not of the chart delivered (the operator has not rewritten it)" % OLD_PLUGIN,
+        om.operand("driver").daemonset: "its template runs %s-ubuntu22.04, not of the chart delivered (the operator "
+                                        "has not rewritten it)" % OLD_DRIVER}
+    # Without the images the old templates, rolled out and Ready, pass: what the option is for.
+    assert rd.operand_readiness_condition(NS)(operands_cache(nodes, fleet_pods(old, ["gpu-1"]), old))[0]
+    new = taken_over(NEW_PLUGIN, NEW_DRIVER)
+    assert rd.operand_readiness_condition(NS, images=PLAN)(operands_cache(nodes, fleet_pods(new, ["gpu-1"]), new))[0]
+    # A mirrored site's plan: the templates name the mirror's references.
+    mirrored = taken_over("registry.site.example/nvidia/k8s-device-plugin:v0.18.2",
+                          "registry.site.example/nvidia/driver:580.126.20")
+    plan = [dict(entry, mirror=entry["source"].replace("nvcr.io", "registry.site.example")) for entry in PLAN]
+    assert rd.operand_readiness_condition(NS, images=plan)(
+        operands_cache(nodes, fleet_pods(mirrored, ["gpu-1"]), mirrored))[0]
+
+
+def test_operand_readiness_waits_for_the_new_operator_to_rewrite_the_templates(run):  # noqa: F811
+    nodes = [gpu_node("gpu-1")]
+    old = taken_over(OLD_PLUGIN, OLD_DRIVER)
+    cluster = FakeCluster(nodes=nodes, pods=fleet_pods(old, ["gpu-1"]) + [operator_pod()],
+                          deployments=[deployment()], clusterpolicies=[clusterpolicy()], daemonsets=old)
+    new = taken_over(NEW_PLUGIN, NEW_DRIVER)
+    cluster.script("daemonsets", [("advance", 7)] + [("MODIFIED", ds) for ds in new])
+    rc, result, _connects = run(operand_readiness, cluster, images=[NEW_PLUGIN, NEW_DRIVER], timeout=60)
+    assert rc == 0 and result["elapsed"] == 7, result
+    rc, result, _connects = run(operand_readiness, cluster, images=[{"components": ["driver"]}], timeout=60)
+    assert rc == 1 and result["msg"] == (
+        "images[0]: {'components': ['driver']} is neither an image reference nor an image plan entry (source, mirror)")
+
+
+def test_an_image_the_plan_has_no_name_for_is_not_judged():
+    # Without the nodes' OS the plan has no driver image (its tags are per OS): the driver's template is not judged.
+    nodes = [gpu_node("gpu-1")]
+    new = taken_over(NEW_PLUGIN, OLD_DRIVER)
+    assert rd.operand_readiness_condition(NS, images=[NEW_PLUGIN])(
+        operands_cache(nodes, fleet_pods(new, ["gpu-1"]), new))[0]
+    # A repository moved (into the mirror): the old template's image has the plan's name, not its reference.
+    moved = taken_over(NEW_PLUGIN, OLD_DRIVER)
+    done, detail = rd.operand_readiness_condition(NS, images=["registry.site.example/nvidia/k8s-device-plugin:v0.18.2"])(
+        operands_cache(nodes, fleet_pods(moved, ["gpu-1"]), moved))
+    assert not done and list(detail["daemonsets"]) == [PLUGIN_DS]
