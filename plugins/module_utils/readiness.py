@@ -742,6 +742,21 @@ def templates_of_another_chart(daemonsets, images):
     return stale
 
 
+def operand_images(pods, node_names):
+    """{node: {operand: image}} of the operand pods Running and Ready on ``node_names``: the
+    image of each pod's first container (the operand's own; init containers are validators).
+    What runs where after a rollout, for the upgrade's report; read from the wait's cache."""
+    wanted = set(node_names)
+    images = dict((name, {}) for name in wanted)
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        operand_ = om.operand_of_pod(_labels(pod))
+        containers = (pod.get("spec") or {}).get("containers") or ()
+        if node in wanted and operand_ and containers and node_check.is_running(pod):
+            images[node][operand_.name] = containers[0].get("image")
+    return images
+
+
 def operand_readiness_condition(namespace, require_reconciled=False, names=None, explicit=False, allow_no_nodes=False,
                                 images=None):
     """The fixed order: operator Deployment available, ClusterPolicy present (Ready and

@@ -138,13 +138,16 @@ step:
   sample: operands
 nodes:
   description: Each selected node's operand chain, the operands Running and Ready, where it is stuck and why, and
-    when it was first seen ready. A node held up by a DaemonSet mid-rollout also has C(rollout), each operand whose
-    only Running pod there is of an old template (C(operand), C(daemonset), C(pod), C(reason)).
+    when it was first seen ready, and C(images), the image each operand Running and Ready there runs (its pod's
+    first container), which an upgrade reports node by node. A node held up by a DaemonSet mid-rollout also has
+    C(rollout), each operand whose only Running pod there is of an old template (C(operand), C(daemonset), C(pod),
+    C(reason)).
   returned: always
   type: dict
   sample: {"gpu-container-2": {"workload_config": "container", "chain": ["driver", "container-toolkit"],
            "ready_operands": ["driver"], "ready": false, "stuck_at": "container-toolkit",
-           "layer": "container-runtime", "reason": "CrashLoopBackOff", "ready_after": null}}
+           "layer": "container-runtime", "reason": "CrashLoopBackOff", "ready_after": null,
+           "images": {"driver": "nvcr.io/nvidia/driver:580.126.20-ubuntu22.04"}}}
 skipped_nodes:
   description: GPU nodes left out of the default selection, with the reason.
   returned: always
@@ -240,7 +243,9 @@ def report(result, times):
     for timing in times.durations():
         step = dict(detail["steps"][timing["step"]], **timing)
         steps.append(step)
-    nodes = dict((name, dict(info, ready_after=times.node_done.get(name))) for name, info in detail["nodes"].items())
+    images = readiness.operand_images(k8s_wait.objects(result.cache, "pods"), detail["nodes"])
+    nodes = dict((name, dict(info, ready_after=times.node_done.get(name), images=images.get(name, {})))
+                 for name, info in detail["nodes"].items())
     return dict(changed=False, steps=steps, step=detail["step"], nodes=nodes, skipped_nodes=detail["skipped"],
                 lost_nodes=detail["lost"], daemonsets=detail["daemonsets"], operator_pods=detail["operator_pods"],
                 elapsed=result.elapsed, api_requests=result.api_requests)

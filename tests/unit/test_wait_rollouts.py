@@ -482,3 +482,36 @@ def test_an_image_the_plan_has_no_name_for_is_not_judged():
     done, detail = rd.operand_readiness_condition(NS, images=["registry.site.example/nvidia/k8s-device-plugin:v0.18.2"])(
         operands_cache(nodes, fleet_pods(moved, ["gpu-1"]), moved))
     assert not done and list(detail["daemonsets"]) == [PLUGIN_DS]
+
+
+def test_the_images_each_node_runs_are_those_of_its_running_operand_pods():
+    nodes = [gpu_node("gpu-1"), gpu_node("gpu-2")]
+    new = taken_over(NEW_PLUGIN, NEW_DRIVER)
+    pods = fleet_pods(new, ["gpu-1", "gpu-2"])
+    for pod in pods:
+        operand_name = om.operand_of_pod(pod["metadata"]["labels"]).name
+        image = {"device-plugin": NEW_PLUGIN, "driver": NEW_DRIVER + "-ubuntu22.04"}.get(operand_name, operand_name)
+        pod["spec"]["containers"][0]["image"] = image
+    # gpu-2's device plugin is not Running: it runs no image there.
+    plugin = [p for p in pods if p["metadata"]["name"] == "nvidia-device-plugin-daemonset-gpu-2"][0]
+    plugin["status"]["phase"] = "Pending"
+    images = rd.operand_images(pods, ["gpu-1", "gpu-2", "gpu-gone"])
+    assert images["gpu-1"]["device-plugin"] == NEW_PLUGIN
+    assert images["gpu-1"]["driver"] == NEW_DRIVER + "-ubuntu22.04"
+    assert "device-plugin" not in images["gpu-2"] and images["gpu-2"]["driver"] == NEW_DRIVER + "-ubuntu22.04"
+    assert images["gpu-gone"] == {}
+    assert sorted(images["gpu-1"]) == sorted(CONTAINER_CHAIN)
+
+
+def test_operand_readiness_reports_each_nodes_images(run):  # noqa: F811
+    nodes = [gpu_node("gpu-1")]
+    new = taken_over(NEW_PLUGIN, NEW_DRIVER)
+    pods = fleet_pods(new, ["gpu-1"])
+    for pod in pods:
+        pod["spec"]["containers"][0]["image"] = "img-" + pod["metadata"]["name"]
+    cluster = FakeCluster(nodes=nodes, pods=pods + [operator_pod()], deployments=[deployment()],
+                          clusterpolicies=[clusterpolicy()], daemonsets=new)
+    rc, result, _connects = run(operand_readiness, cluster, timeout=60)
+    assert rc == 0
+    assert result["nodes"]["gpu-1"]["images"] == dict(
+        (om.operand_of_pod(p["metadata"]["labels"]).name, "img-" + p["metadata"]["name"]) for p in pods)
