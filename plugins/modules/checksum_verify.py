@@ -37,13 +37,7 @@ options:
     required: true
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - gpuplatform.rke2.attributes
 """
 
 EXAMPLES = r"""

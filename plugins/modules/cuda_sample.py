@@ -131,14 +131,10 @@ options:
 extends_documentation_fragment:
   - gpuplatform.rke2.k8s_connection
   - ansible.builtin.action_common_attributes
+  - gpuplatform.rke2.attributes
 attributes:
   check_mode:
-    support: full
     details: Creates nothing; returns the pods it would create.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 notes:
   - The sample is a test action that leaves nothing behind, so it reports C(changed=false) when it deleted its pods;
     it reports C(changed=true) when pods it created are left in the cluster, with O(keep_pods) or because their

@@ -85,14 +85,7 @@ options:
 extends_documentation_fragment:
   - gpuplatform.rke2.k8s_connection
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-    details: Reads only; waits in check mode too.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - gpuplatform.rke2.attributes.wait
 notes:
   - A node counts only while its kubelet reports C(Ready=True), since GPUs on a NotReady node cannot be allocated.
 """

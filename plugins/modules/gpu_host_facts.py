@@ -41,6 +41,7 @@ author:
   - gpuplatform.rke2 maintainers (@gpuplatform)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpuplatform.rke2.attributes
 options:
   root:
     description:
@@ -58,13 +59,6 @@ options:
 notes:
   - Read-only; supports check mode.
   - The returned C(gpu_host) fact is the per-node section of the verification report.
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 """
 
 EXAMPLES = r"""

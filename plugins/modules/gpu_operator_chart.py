@@ -297,14 +297,10 @@ options:
     type: path
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpuplatform.rke2.attributes
 attributes:
   check_mode:
-    support: full
     details: Renders the same in check mode; it never changes anything.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 seealso:
   - module: gpuplatform.rke2.k8s_apply
 """

@@ -31,6 +31,7 @@ version_added: 0.1.0
 author: gpuplatform.rke2 maintainers (@gpuplatform)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpuplatform.rke2.attributes
 options:
   site:
     description: The site's name.
@@ -90,12 +91,7 @@ options:
     default: true
 attributes:
   check_mode:
-    support: full
     details: In check mode the report is built and returned, and no file is written.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 """
 
 EXAMPLES = r"""

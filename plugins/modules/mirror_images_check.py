@@ -54,14 +54,10 @@ options:
     default: 30
 attributes:
   check_mode:
-    support: full
     details: Reads only.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpuplatform.rke2.attributes
 """
 
 EXAMPLES = r"""

@@ -47,14 +47,10 @@ options:
 extends_documentation_fragment:
   - gpuplatform.rke2.k8s_connection
   - ansible.builtin.action_common_attributes
+  - gpuplatform.rke2.attributes
 attributes:
   check_mode:
-    support: full
     details: Reports what a drain would cordon and evict; changes nothing.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 """
 
 EXAMPLES = r"""

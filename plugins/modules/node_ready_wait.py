@@ -48,14 +48,7 @@ options:
 extends_documentation_fragment:
   - gpuplatform.rke2.k8s_connection
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-    details: Reads only; waits in check mode too.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - gpuplatform.rke2.attributes.wait
 """
 
 EXAMPLES = r"""

@@ -90,14 +90,7 @@ options:
 extends_documentation_fragment:
   - gpuplatform.rke2.k8s_connection
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-    details: Reads only; waits in check mode too.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - gpuplatform.rke2.attributes.wait
 notes:
   - By default GPU nodes whose taints the operand DaemonSets do not tolerate, and isolated nodes
     (C(nvidia.com/gpu.deploy.operands=false)), are not waited for; they are returned in RV(skipped_nodes). Name

@@ -22,6 +22,7 @@ author: gpuplatform.rke2 maintainers (@gpuplatform)
 extends_documentation_fragment:
   - gpuplatform.rke2.k8s_connection
   - ansible.builtin.action_common_attributes
+  - gpuplatform.rke2.attributes
 options:
   step:
     description: The step about to start.
@@ -55,13 +56,6 @@ options:
     type: list
     elements: dict
     default: []
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 """
 
 EXAMPLES = r"""
