@@ -28,7 +28,9 @@ description:
     ClusterPolicy asks for (or O(driver_version)). A C(upgrade-done) label from before the change, or a DaemonSet
     the operator has not updated yet, is never taken for done.
   - A driver node in C(upgrade-failed) ends the wait at once with a failure; the controller moves such a node on
-    only once its driver pod is of the current revision and Ready, which it does not bring about itself.
+    only once its driver pod is of the current revision and Ready, which it does not bring about itself. The message
+    says the way on (move the GPU workloads off the node, then delete its old driver pod). A failed node whose driver
+    pod is of the current revision and Ready again is waited for, since the controller moves it on at its next pass.
   - Counts the nodes in progress at once (every state but C(upgrade-required) and C(upgrade-done), as the
     controller counts them; a node cordoned before its upgrade aside, which the controller starts whatever the
     limit) against O(max_parallel_upgrades) (by default the ClusterPolicy's C(maxParallelUpgrades); 0 is no
@@ -77,14 +79,7 @@ options:
 extends_documentation_fragment:
   - gpuplatform.rke2.k8s_connection
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-    details: Reads only; waits in check mode too.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - gpuplatform.rke2.attributes.wait
 notes:
   - The upgrade controller does not run with C(sandboxWorkloads.enabled=true) or with C(autoUpgrade) off; the driver
     DaemonSet's pods then stay of the old revision, and each node's reason says so.

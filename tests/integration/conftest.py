@@ -95,12 +95,17 @@ def lab_env(lab):
 def real_operator(lab):
     """The lab, when it runs the real GPU Operator; the suites that judge the collection
     by the real operator, chart and helm are skipped (offline only: CI requires it)."""
+    require_real_operator(lab, "needs the GPU Operator's upstream source (GPU_OPERATOR_SRC, ../shared/upstream/"
+                               "gpu-operator-%s.tar.gz, or a clone of the tag): this lab runs the offline simulator"
+                          % upstream.OPERATOR_TAG)
+    return lab
+
+
+def require_real_operator(lab, why):
+    """Skips the test (``why``) when ``lab`` runs the offline simulator, or fails it under
+    LAB_REQUIRE_UPSTREAM=1 (CI): there the lab refuses to start without the source, and this
+    says the same should a lab come up simulated anyway."""
     if lab.mode != "real":
-        # Under LAB_REQUIRE_UPSTREAM=1 (CI) the lab refuses to start without the source; this
-        # says the same should a lab come up simulated anyway.
         if upstream.upstream_required():
             pytest.fail("LAB_REQUIRE_UPSTREAM=1, yet the lab runs the offline simulator")
-        pytest.skip("needs the GPU Operator's upstream source (GPU_OPERATOR_SRC, ../shared/upstream/"
-                    "gpu-operator-%s.tar.gz, or a clone of the tag): this lab runs the offline simulator"
-                    % upstream.OPERATOR_TAG)
-    return lab
+        pytest.skip(why)

@@ -31,7 +31,7 @@ from kubernetes import client
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import readiness as rd
 from ansible_collections.gpuplatform.rke2.plugins.module_utils.operator_values import default_decisions, render_values
-from tests.integration.conftest import started_lab
+from tests.integration.conftest import require_real_operator, started_lab
 from tests.integration.modules import run_module
 from tests.lab import upstream
 from tests.lab.helm_job_runner import decode_release, latest_record
@@ -168,10 +168,7 @@ def assert_end_state(lab, version, allocatable):
 @pytest.fixture(scope="module")
 def upgrade_lab():
     with started_lab(operator_version=START) as lab:
-        if lab.mode != "real":
-            if upstream.upstream_required():
-                pytest.fail("LAB_REQUIRE_UPSTREAM=1, yet the lab runs the offline simulator")
-            pytest.skip("chart upgrades need the GPU Operator's upstream sources (../shared/upstream)")
+        require_real_operator(lab, "chart upgrades need the GPU Operator's upstream sources (../shared/upstream)")
         served = lab.state().get("chart_versions", ())
         missing = [version for version in (START,) + tuple(step[1] for step in PATH) if version not in served]
         if missing:

@@ -222,7 +222,22 @@ def test_upgrade_failed_stops_the_wait_as_a_failure():
     assert stop and detail["verdict"] == "failed" and detail["failed_nodes"] == ["gpu-2"]
     assert detail["nodes"]["gpu-2"]["reason"] == (
         "upgrade-failed: the controller moves it on only once its driver pod is of the current revision and Ready "
-        "(driver pod nvidia-driver-daemonset-gpu-2-old is of an old revision)")
+        "(driver pod nvidia-driver-daemonset-gpu-2-old is of an old revision); to go on, move the GPU workloads off "
+        "the node, then delete the driver pod: kubectl -n gpu-operator delete pod nvidia-driver-daemonset-gpu-2-old")
+
+
+def test_a_failed_node_whose_driver_pod_is_current_and_ready_again_is_waited_for_not_failed():
+    # The way on from upgrade-failed: the old driver pod deleted by hand, the DaemonSet's new one Ready. The
+    # controller moves the node to uncordon-required at its next pass; the wait goes on (seen on the real
+    # operator: the second wait of test_driver_upgrade_lab's PDB test failed at once without this).
+    stop, detail = look(world({"gpu-1": om.UPGRADE_DONE, "gpu-2": om.UPGRADE_FAILED}))
+    assert not stop and detail["failed_nodes"] == [] and detail["verdict"] is None
+    assert detail["nodes"]["gpu-2"]["reason"] == (
+        "upgrade-failed: its driver pod nvidia-driver-daemonset-gpu-2 is now of the current revision and Ready: the "
+        "controller moves it to uncordon-required at its next pass (ProcessUpgradeFailedNodes; a pass at the latest "
+        "every 120 s)")
+    stop, detail = look(world({"gpu-1": om.UPGRADE_DONE, "gpu-2": om.UPGRADE_DONE}))
+    assert stop and detail["verdict"] == "done"
 
 
 # ---------------------------------------------------------------- remembered nodes, time in a state

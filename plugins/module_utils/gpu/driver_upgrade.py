@@ -48,6 +48,9 @@ DRIVER = om.operand("driver")
 VALIDATOR = om.operand("operator-validator")
 # The driver container of the driver DaemonSet (assets/state-driver/0500_daemonset.yaml).
 DRIVER_CONTAINER = "nvidia-driver-ctr"
+# upgrade_controller.go plannedRequeueInterval: the controller's pass without an event to start it (it
+# does not watch pods, so a driver pod that becomes Ready is seen then).
+PLANNED_REQUEUE_SECONDS = 120
 # common_manager.go isDriverPodFailing: a restart count above this is upgrade-failed.
 FAILING_RESTARTS = 10
 # validation_manager.go validationTimeoutSeconds.
@@ -284,8 +287,17 @@ def _reason(node, state, pod, current, policy, validators, others_in_progress, l
             state, VALIDATOR.daemonset, "; ".join(waiting) or ("no such pod" if not validators else "ready now"),
             VALIDATION_TIMEOUT)
     if state == om.UPGRADE_FAILED:
-        return ("%s: the controller moves it on only once its driver pod is of the current revision and Ready "
-                "(%s)" % (state, pod_text if not (current and node_check.is_running(pod)) else "it is now"))
+        if current and node_check.is_running(pod):
+            return ("%s: its driver pod %s is now of the current revision and Ready: the controller moves it to %s at "
+                    "its next pass (ProcessUpgradeFailedNodes; a pass at the latest every %d s)" % (
+                        state, _name(pod), om.UPGRADE_UNCORDON_REQUIRED, PLANNED_REQUEUE_SECONDS))
+        text = ("%s: the controller moves it on only once its driver pod is of the current revision and Ready "
+                "(%s)" % (state, pod_text))
+        if pod is not None and not current and not node_check.is_terminating(pod):
+            # The controller never retries the eviction or the drain of a failed node: the way on is by hand.
+            text += ("; to go on, move the GPU workloads off the node, then delete the driver pod: kubectl -n %s "
+                     "delete pod %s" % (_meta(pod).get("namespace") or "gpu-operator", _name(pod)))
+        return text
     if state in _DESCRIBE:
         return "%s: %s" % (state, _DESCRIBE[state])
     return "state %r is none the upgrade controller writes (%s)" % (state, ", ".join(om.DRIVER_UPGRADE_STATES))
@@ -397,7 +409,9 @@ class UpgradeCondition(object):
 
     def _verdict(self, look, reports):
         done = sorted(n for n, r in reports.items() if r["done"])
-        failed = sorted(n for n, r in reports.items() if r["state"] == om.UPGRADE_FAILED)
+        # A failed node whose driver pod is current and Ready again (restarted by hand, or a validation that timed
+        # out) is one the controller moves on at its next pass: waited for, not a failure.
+        failed = sorted(n for n, r in reports.items() if r["state"] == om.UPGRADE_FAILED and not r["pod_ready"])
         detail = {"nodes": reports, "done_nodes": done, "failed_nodes": failed, "daemonsets": look["daemonsets"],
                   "in_progress": look["in_progress"], "max_parallel_upgrades": look["limit"],
                   "peak_in_progress": dict(self.peak), "parallel_excess": list(self.excess),
@@ -495,19 +509,27 @@ def _to_remove(state, pod):
     return is_gpu_pod(pod) or drained
 
 
+def _removed(states, node_pods, pdbs):
+    """(pod, its name, the PDBs that refuse its eviction now) for each pod on a node that the
+    controller removes in any of ``states``, in name order."""
+    for pod in sorted(node_pods, key=node_drain.pod_name):
+        if any(_to_remove(state, pod) for state in states):
+            yield pod, node_drain.pod_name(pod), blocking_pdbs(pod, pdbs)
+
+
+def _refused(name, budgets):
+    return "%s: eviction refused by %s" % (name, ", ".join(budgets))
+
+
 def eviction_blockers(state, node_pods, pdbs):
     """What keeps the pods on a node in pod-deletion-required, drain-required or
     upgrade-failed from going: one line per pod the controller still has to remove, with
     the PodDisruptionBudgets that refuse its eviction, or the drain's refusal."""
     result = []
-    for pod in sorted(node_pods, key=node_drain.pod_name):
-        if not _to_remove(state, pod):
-            continue
-        name = node_drain.pod_name(pod)
+    for pod, name, budgets in _removed((state,), node_pods, pdbs):
         what, why = node_drain.disposition(pod)
-        budgets = blocking_pdbs(pod, pdbs)
         if budgets:
-            result.append("%s: eviction refused by %s" % (name, ", ".join(budgets)))
+            result.append(_refused(name, budgets))
         elif what == node_drain.REFUSE and state != om.UPGRADE_POD_DELETION_REQUIRED:
             result.append("%s: the drain refuses it: %s" % (name, why))
         else:
@@ -543,3 +565,67 @@ def failure_text(detail, most=10):
         lines.append("%s (%s%s): %s" % (name, report["state"] or "no label", held, report["reason"]))
     more = len(lines) - most
     return "; ".join(lines[:most]) + ("; and %d more" % more if more > 0 else "")
+
+
+# ---------------------------------------------------------------- before the change
+
+def driver_nodes(pods, namespace):
+    """The nodes with a driver pod of ``namespace`` that is not going: those the controller
+    upgrades (BuildState takes the driver pods and their nodes)."""
+    key, value = DRIVER.pod_selector
+    return sorted(set((p.get("spec") or {}).get("nodeName") for p in pods
+                      if _meta(p).get("namespace") == namespace and _labels(p).get(key) == value
+                      and not node_check.is_terminating(p) and (p.get("spec") or {}).get("nodeName")))
+
+
+def refused_evictions(pods, pdbs, namespace, drain=False):
+    """Before a change that restarts the driver: ``{node: [line]}`` for each driver node with a
+    pod the controller will remove (its GPU pods, pod-deletion-required; with ``drain``, also
+    every pod the drain takes) whose eviction a PodDisruptionBudget refuses now. The controller
+    asks for such an eviction again and again, without a pause, until the timeout
+    (gpuPodDeletion, then drain), then marks the node upgrade-failed."""
+    states = (om.UPGRADE_POD_DELETION_REQUIRED, om.UPGRADE_DRAIN_REQUIRED) if drain else (
+        om.UPGRADE_POD_DELETION_REQUIRED,)
+    by_node = {}
+    for pod in pods:
+        by_node.setdefault((pod.get("spec") or {}).get("nodeName"), []).append(pod)
+    result = {}
+    for node in driver_nodes(pods, namespace):
+        lines = [_refused(name, budgets) for _pod, name, budgets in _removed(states, by_node.get(node, ()), pdbs)
+                 if budgets]
+        if lines:
+            result[node] = lines
+    return result
+
+
+def deletion_timeouts(clusterpolicy):
+    """(gpu pod deletion timeout, drain timeout or None when the drain is off) in seconds, as the
+    ClusterPolicy sets them (the chart's defaults, 300 s each, where it says nothing). 0 is no
+    timeout at all: kubectl's drain helper then waits forever (drain.go, globalTimeout)."""
+    policy = (((clusterpolicy or {}).get("spec") or {}).get("driver") or {}).get("upgradePolicy") or {}
+    deletion = (policy.get("podDeletion") or {}).get("timeoutSeconds")
+    drain = policy.get("drain") or {}
+    return (deletion if isinstance(deletion, int) else 300,
+            (drain.get("timeoutSeconds") if isinstance(drain.get("timeoutSeconds"), int) else 300)
+            if drain.get("enable") is True else None)
+
+
+def refusing_namespaces(pdbs):
+    """The namespaces with a PodDisruptionBudget that allows no disruption now, sorted."""
+    return sorted(set(_meta(b).get("namespace") for b in pdbs
+                      if ((b.get("status") or {}).get("disruptionsAllowed") or 0) < 1 and _meta(b).get("namespace")))
+
+
+def refusal_text(refused, deletion_timeout, drain_timeout=None, most=10):
+    """What refused_evictions found, for a warning or a failure: the nodes, the pods and
+    budgets, what the controller will do, and the ways out."""
+    lines = ["%s: %s" % (node, "; ".join(found)) for node, found in sorted(refused.items())]
+    more = len(lines) - most
+    waits = "%s s of GPU pod deletion" % deletion_timeout if deletion_timeout else "GPU pod deletion without a timeout"
+    if drain_timeout is not None:
+        waits += ", then %s" % ("%s s of drain" % drain_timeout if drain_timeout else "a drain without a timeout")
+    return ("a driver upgrade now would stop on %d node(s): %s%s. The upgrade controller asks for each of these "
+            "evictions again without a pause for %s, then marks the node upgrade-failed, cordoned, with its old "
+            "driver. Before the change, move those pods or let their budgets allow a disruption; or keep "
+            "driver.upgradePolicy.gpuPodDeletion.timeoutSeconds (and drain.timeoutSeconds) short" % (
+                len(refused), "; ".join(lines[:most]), "; and %d more" % more if more > 0 else "", waits))
