@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 
+from kubernetes import client
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, ".build", "collections"), ROOT]
@@ -31,6 +32,7 @@ sys.path[:0] = [os.path.join(ROOT, ".build", "collections"), ROOT]
 from tests.lab.lab import Lab  # noqa: E402  (after the path set-up)
 from tests.integration.modules import run_module  # noqa: E402
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om  # noqa: E402
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import operator_values as ov  # noqa: E402
 
 SITE = "lab"
 INVENTORY = os.path.join(ROOT, "inventories", SITE, "hosts.yml")
@@ -131,6 +133,58 @@ def story_pending(lab):
                                         "name_prefix": "demo-wrong-resource"}, lab.kubeconfig)
     print("   cuda_sample asked for nvidia.com/A100_SXM4_80GB: %s" % ("failed" if result.get("failed") else "passed"))
     print("   " + "\n   ".join(result.get("msg", "").splitlines()[:4]))
+
+
+def next_version(version):
+    """The next chart version the collection knows after ``version`` (None at the newest)."""
+    later = [v for v in ov.KNOWN_CHART_VERSIONS if ov.parse_chart_version(v) > ov.parse_chart_version(version)]
+    return min(later, key=ov.parse_chart_version) if later else None
+
+
+def running_chart(lab):
+    chart = client.CustomObjectsApi(lab.api).get_namespaced_custom_object(
+        "helm.cattle.io", "v1", "kube-system", "helmcharts", "gpu-operator")
+    return chart["spec"].get("version"), chart["metadata"]["resourceVersion"]
+
+
+def story_upgrade(lab):
+    current = lab.operator_version()
+    target = next_version(current)
+    say("Story 5, day 2: an upgrade of the GPU Operator to %s, shown before anything changes" % (target or "-"))
+    if target is None:
+        print("   %s is the newest version the collection knows: nothing to upgrade to" % current)
+        return
+    if target not in lab.state().get("chart_versions", ()):
+        print("   the lab's chart repository has no %s (its source is not at hand, so the lab serves %s only): "
+              "left out" % (target, current))
+        return
+    before = running_chart(lab)
+    command = 'make rke2/gpu/operator/upgrade SITE=lab OPERATOR_ARGS="--check -e gpu_operator_version=%s"' % target
+    print("   " + command)
+    rc, out = playbook(lab, "playbooks/gpu_operator.yml", "--check", "--diff", "-e", "gpu_operator_expect_upgrade=true",
+                       "-e", "gpu_operator_version=%s" % target)
+    if rc != 0:
+        print(out[-6000:])
+        raise SystemExit("story 5: the check-mode upgrade failed (rc %d)" % rc)
+    shown = upgrade_lines(out)
+    print("   " + "\n   ".join(shown or ["(the role showed no upgrade plan)"]))
+    after = running_chart(lab)
+    print("   check mode: the HelmChart is as it was (chart %s, resourceVersion %s); without --check the role "
+          "delivers it and waits for the new operator, every operand DaemonSet rolled to the new images, "
+          "allocatable GPUs and a CUDA sample (docs/upgrades.md)" % (after[0], "unchanged" if after == before
+                                                                     else "CHANGED"))
+    if after != before:
+        raise SystemExit("story 5: check mode changed the HelmChart")
+
+
+def upgrade_lines(output):
+    """The role's "Show the change from the running release" message, one line each."""
+    at = output.find("Show the change from the running release")
+    if at < 0:
+        return []
+    block = output[at:output.find("TASK [", at + 1)]
+    lines = [line.strip().rstrip(",") for line in block.splitlines()[1:]]
+    return [line.strip('"') for line in lines if line.startswith('"') and not line.startswith('"msg"')]
 
 
 def read_report():
@@ -244,6 +298,7 @@ def main():
     story_isolation(lab)
     story_toolkit(lab)
     story_pending(lab)
+    story_upgrade(lab)
     say("Done, on GPU Operator %s (make demo GPU_OPERATOR_VERSION=v26.7.0 runs another line). The lab keeps "
         "running (make lab-status, make lab-down); a second make demo reports changed=0 and fails on %s the same "
         "way." % (lab.operator_version(), TAINTED_NODE))

@@ -221,6 +221,35 @@ def test_gpu_allocatable_wait_sees_a_node_that_joins_while_it_waits(clean_fleet,
     assert result["api_requests"]["list"] == 2 * WATCHED_KINDS["gpu_allocatable_wait"]
 
 
+# ---------------------------------------------------------------- a wanted node drops out mid-wait
+
+@pytest.mark.parametrize("how, why", [
+    ("deleted", "selected earlier in this wait, is gone from the cluster"),
+    ("pruned", "selected earlier in this wait, is no longer a GPU node (no NFD PCI label of vendor 10de: NFD pruned "
+               "its labels)"),
+])
+def test_gpu_allocatable_wait_does_not_forget_a_node_that_drops_out_while_it_waits(clean_fleet, how, why):
+    """Issue 36 item 1: a GPU node the wait selected, deleted (to be re-created) or with its NFD
+    labels pruned for a moment, drops out of the default selection; the wait must not then
+    succeed on the others without a word. It stays wanted, and the wait fails naming it."""
+    dropping = "gpu-drop-" + how
+    # Joined, its operands held from Ready: it advertises no GPU yet, so the wait waits for it.
+    clean_fleet.add_node(dropping, workload_config="container", gpus=2, hold=True)
+    wait_for(clean_fleet.core().list_node, lambda o: dropping in o and om.is_gpu_node(o[dropping].metadata.labels))
+    proc = _start_waiting(clean_fleet, "gpu_allocatable_wait", {"timeout": 20})
+    assert proc.poll() is None, finish_module(proc)
+    if how == "deleted":
+        clean_fleet.delete_node(dropping)
+    else:
+        clean_fleet.core().patch_node(dropping, {"metadata": {"labels": dict((k, None) for k in om.NFD_GPU_LABELS)}})
+    result = finish_module(proc)
+    assert result.get("failed"), result
+    assert result["lost_nodes"] == {dropping: why}, result["lost_nodes"]
+    assert "%s %s" % (dropping, why) in result["msg"], result["msg"]
+    # The nodes that were ready all along are still said to be.
+    assert set(CONTAINER_NODES) <= set(result["ready_nodes"]), result["ready_nodes"]
+
+
 # ---------------------------------------------------------------- CUDA sample failures
 
 def test_cuda_sample_fails_clearly_on_the_node_whose_sample_fails(clean_fleet):
