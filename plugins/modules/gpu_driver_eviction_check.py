@@ -34,8 +34,14 @@ options:
   drain:
     description:
       - Whether the controller also drains the nodes, so that every pod it drains counts, not only the GPU pods. By
-        default the ClusterPolicy's C(driver.upgradePolicy.drain.enable).
+        default that of O(values), else the running ClusterPolicy's C(driver.upgradePolicy.drain.enable).
     type: bool
+  values:
+    description:
+      - The chart values the change delivers (a HelmChart's C(valuesContent) as data). The drain and the timeouts
+        the controller will keep to are then theirs (C(driver.upgradePolicy.gpuPodDeletion) and C(.drain), the
+        chart's defaults where they say nothing), not the running ClusterPolicy's, which the change replaces.
+    type: dict
   fail_on_refusal:
     description:
       - Fail when a pod's eviction would be refused. Without it the refusals are returned with a warning.
@@ -87,11 +93,12 @@ drain:
   returned: always
   type: bool
 pod_deletion_timeout:
-  description: The ClusterPolicy's C(podDeletion.timeoutSeconds) (the chart's C(gpuPodDeletion)); 0 is none.
+  description: The C(podDeletion.timeoutSeconds) of O(values), else of the ClusterPolicy (the chart's
+    C(gpuPodDeletion)); 0 is none.
   returned: always
   type: int
 drain_timeout:
-  description: The ClusterPolicy's C(drain.timeoutSeconds), or null when the drain is off.
+  description: The C(drain.timeoutSeconds) of O(values), else of the ClusterPolicy, or null when the drain is off.
   returned: always
   type: int
 elapsed:
@@ -150,13 +157,15 @@ def main():
         drain=dict(type="bool"),
         fail_on_refusal=dict(type="bool", default=False),
         timeout=dict(type="int", default=60),
+        values=dict(type="dict"),
     )
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
     params = module.params
     api, (pods, pdbs, policy) = k8s_wait.run_checked(
         module, check_params, lambda api: look(api, params),
         "looking for evictions a PodDisruptionBudget refuses in %s" % params["namespace"])
-    deletion_timeout, drain_timeout = du.deletion_timeouts(policy)
+    deletion_timeout, drain_timeout = du.deletion_timeouts(
+        du.policy_of_values(params["values"]) if params["values"] is not None else policy)
     drain = params["drain"] if params["drain"] is not None else drain_timeout is not None
     refused = du.refused_evictions(pods, pdbs, params["namespace"], drain=drain)
     report = dict(changed=False, refused=refused, driver_nodes=du.driver_nodes(pods, params["namespace"]),

@@ -272,8 +272,9 @@ def test_an_eviction_refused_by_a_pdb_fails_the_node_and_keeps_the_workload(driv
         b.status and b.status.observed_generation == b.metadata.generation and b.status.current_healthy == 1
         and b.status.disruptions_allowed == 0 for b in objects.values()), namespace=WORKLOAD_NS)
 
-    # Looked for before the change, as the role does: the budget's refusal on that node, and nowhere else.
-    ahead = run_module("gpu_driver_eviction_check", {"fail_on_refusal": True}, lab.kubeconfig)
+    # Looked for before the change, as the role does (with the values it delivers): the budget's refusal on that
+    # node, and nowhere else.
+    ahead = run_module("gpu_driver_eviction_check", {"fail_on_refusal": True, "values": values(target)}, lab.kubeconfig)
     assert ahead.get("failed") and sorted(ahead["refused"]) == [held], ahead
     assert ahead["refused"][held] == ["%s/%s: eviction refused by PodDisruptionBudget %s/%s (disruptionsAllowed 0, 1 of "
                                       "1 desired healthy)" % (WORKLOAD_NS, workload.metadata.name, WORKLOAD_NS,

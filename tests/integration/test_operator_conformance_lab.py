@@ -13,7 +13,10 @@ the model predicts and with what the simulator does in a second lab of its own:
 - the operator's DaemonSets: name, node selector, desired number scheduled;
 - every ``nvidia.com/*`` label on every node, except those the lab's node agent plays
   (gpu-feature-discovery's product, memory and count: a GPU's, not the operator's);
-- the ClusterPolicy's state and conditions (type, status, reason).
+- the ClusterPolicy's state and conditions (type, status, reason);
+- helm's current release record as the collection reads it before an upgrade
+  (plugins/module_utils/k8s/helm_release.py): status, chart version, the values given
+  (the simulator writes what real helm writes; the model: the HelmChart's, deployed).
 
 A difference fails the test with a readable diff. An accepted difference is listed in
 ``ACCEPTED`` with its reason; each is checked to still occur, so a fix that removes one
@@ -29,6 +32,7 @@ import pytest
 import yaml
 
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
+from ansible_collections.gpuplatform.rke2.plugins.module_utils.k8s import helm_release
 from ansible_collections.gpuplatform.rke2.plugins.module_utils.operator_values import effective_values
 from tests.lab.gpu_operator_sim import KERNEL_LABEL, OS_ID_LABEL, OS_VERSION_LABEL
 from tests.lab.lab import OPERATOR_VERSION, ROOT, SIMULATED_VERSION, Lab
@@ -143,7 +147,20 @@ def observe(lab):
     status = policy.get("status") or {}
     conditions = sorted((c.get("type"), c.get("status"), c.get("reason")) for c in status.get("conditions") or ())
     return {"daemonsets": daemonsets, "labels": labels,
-            "cluster_policy": {"state": status.get("state"), "conditions": [list(c) for c in conditions]}}
+            "cluster_policy": {"state": status.get("state"), "conditions": [list(c) for c in conditions]},
+            "release": observed_release(lab)}
+
+
+def observed_release(lab):
+    """helm's current revision of the release, as helmchart_release reads it: what an upgrade
+    is judged against (roles/gpu_operator/tasks/release.yml)."""
+    records = lab.api.sanitize_for_serialization(lab.core().list_namespaced_secret(
+        NAMESPACE, label_selector=helm_release.selector("gpu-operator")))["items"]
+    latest = helm_release.current(helm_release.history(records, "gpu-operator"))
+    if latest is None:
+        return None
+    return {"status": latest["status"], "chart_version": latest["chart_version"],
+            "values": latest["values"]}
 
 
 # ---------------------------------------------------------------- what the model predicts
@@ -198,7 +215,9 @@ def predict(nodes, values):
     reason = om.REASON_RECONCILED if gpu_nodes else om.REASON_NO_GPU_NODES
     return {"daemonsets": daemonsets, "labels": labels, "churning": sorted(churning), "cluster_policy": {
         "state": om.CLUSTER_POLICY_READY, "conditions": [[om.CONDITION_ERROR, "False", "Ready"],
-                                                         [om.CONDITION_READY, "True", reason]]}}
+                                                         [om.CONDITION_READY, "True", reason]]},
+        # helm-controller ran helm with the HelmChart's version and values, and helm deployed them.
+        "release": {"status": helm_release.DEPLOYED, "chart_version": OPERATOR_VERSION, "values": values}}
 
 
 def without_churning(predicted, seen):

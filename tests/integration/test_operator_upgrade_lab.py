@@ -20,7 +20,6 @@ gpu_allocatable_wait):
 - from v26.7.0 on, the operator's new node label nvidia.com/gpu.deploy.client.
 """
 
-import base64
 import os
 import re
 
@@ -34,7 +33,7 @@ from ansible_collections.gpuplatform.rke2.plugins.module_utils.operator_values i
 from tests.integration.conftest import require_real_operator, started_lab
 from tests.integration.modules import run_module
 from tests.lab import upstream
-from tests.lab.helm_job_runner import decode_release, latest_record
+from tests.lab import helm_record
 from tests.lab.lab import ROOT, Lab, LabError, opt_chart_files
 
 NAMESPACE = om.DEFAULT_NAMESPACE
@@ -82,10 +81,11 @@ def chart_images(version):
 def helm_release(lab):
     """helm's latest release record of gpu-operator (its Secret, as helm list reads it)."""
     secrets = lab.api.sanitize_for_serialization(lab.core().list_namespaced_secret(
-        NAMESPACE, label_selector="owner=helm,name=gpu-operator", field_selector="type=helm.sh/release.v1"))["items"]
-    record = latest_record(secrets)
+        NAMESPACE, label_selector=helm_record.selector("gpu-operator"),
+        field_selector="type=" + helm_record.SECRET_TYPE))["items"]
+    record = helm_record.latest_record(secrets)
     assert record is not None, "no helm release record of gpu-operator in %s" % NAMESPACE
-    return decode_release(base64.b64decode(record["data"]["release"]).decode())
+    return helm_record.record_of_secret(record)
 
 
 def operator_log_version(lab):

@@ -13,6 +13,10 @@ manifests (tests/lab/reference/gpu-operator-v26.3.2/assets):
   ``helm-install-<name>`` in kube-system (kwok completes its pod; the lab switch
   annotation ``lab.gpuplatform.invalid/install: fail`` or unparsable values make it
   fail) and HelmChart ``status.jobName`` and conditions ``JobCreated`` / ``Failed``.
+- helm, once that Job completed: the release record a successful install or upgrade
+  leaves (``sh.helm.release.v1.<name>.v<revision>``, the one before it superseded;
+  tests/lab/helm_record.py), which the collection reads before an upgrade as on a site;
+  ``helm uninstall`` removes them.
 - the operator, once the install Job completed: namespace, Deployment
   ``gpu-operator``, ClusterPolicy ``cluster-policy`` from the chart values, and
   while the operator pod runs: node labelling as the operand model says, one DaemonSet
@@ -36,6 +40,7 @@ from ansible_collections.gpuplatform.rke2.plugins.module_utils import image_plan
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
 from ansible_collections.gpuplatform.rke2.plugins.module_utils.operator_values import effective_values, lookup
 from tests.lab import fleet as fleet_mod
+from tests.lab import helm_record
 from tests.lab.node_agent import ignoring, list_items, now_rfc3339, pod_running_ready
 
 ROOT = fleet_mod.ROOT
@@ -109,7 +114,37 @@ class OperatorSimulator(object):
         result = {"installed": installed, "namespace": namespace}
         if installed:
             result.update(self.operator(chart, values, namespace))
+            self.release_record(chart, namespace)
         return result
+
+    def _release_records(self, release, namespace=None):
+        args = (self.core.list_namespaced_secret, namespace) if namespace else (self.core.list_secret_for_all_namespaces,)
+        return self._list(*args, label_selector=helm_record.selector(release),
+                          field_selector="type=" + helm_record.SECRET_TYPE)
+
+    def release_record(self, chart, namespace):
+        """What helm leaves in the release namespace once the install Job succeeded: a deployed
+        revision with the chart's version and the values it was given, the previous one
+        superseded (pkg/action/upgrade.go). Nothing when the latest one already says so."""
+        release = chart["metadata"]["name"]
+        spec = chart["spec"]
+        version = str(spec.get("version") or "v26.3.2")
+        values = yaml.safe_load(spec.get("valuesContent") or "") or {}
+        latest = helm_record.latest_record(self._release_records(release, namespace))
+        if latest is not None:
+            record = helm_record.record_of_secret(latest)
+            if ((record.get("info") or {}).get("status") == helm_record.DEPLOYED and record.get("config") == values
+                    and (record.get("chart") or {}).get("metadata", {}).get("version") == version):
+                return
+            record.setdefault("info", {})["status"] = helm_record.SUPERSEDED
+            self.core.patch_namespaced_secret(latest["metadata"]["name"], namespace, {
+                "metadata": {"labels": helm_record.status_labels(helm_record.SUPERSEDED)},
+                "data": {"release": helm_record.secret_payload(record)}})
+        revision = helm_record.version_of(latest) + 1 if latest is not None else 1
+        metadata = {"name": (spec.get("chart") or "gpu-operator").rsplit("/", 1)[-1], "version": version, "appVersion": version}
+        self.core.create_namespaced_secret(namespace, helm_record.release_secret(release, namespace, revision, metadata,
+                                                                                 values))
+        self.changes += 1
 
     def _set_chart_status(self, chart, job_name, failed_message=None):
         conditions = [{"type": "JobCreated", "status": "True", "reason": "", "message": "Applying HelmChart using Job kube-system/%s" % job_name}]
@@ -416,10 +451,15 @@ class OperatorSimulator(object):
         if self._ignore((404,), self.custom.delete_cluster_custom_object, "nvidia.com", "v1", "clusterpolicies",
                         om.CLUSTER_POLICY_NAME) is not None:
             self.changes += 1
-        job = self._ignore((404,), self.batch.delete_namespaced_job, "helm-install-%s" % (
-            chart["metadata"]["name"] if chart else "gpu-operator"), "kube-system", propagation_policy="Background")
+        release = chart["metadata"]["name"] if chart else "gpu-operator"
+        job = self._ignore((404,), self.batch.delete_namespaced_job, "helm-install-%s" % release, "kube-system",
+                           propagation_policy="Background")
         if job is not None:
             self.changes += 1
+        for record in self._release_records(release):
+            if self._ignore((404,), self.core.delete_namespaced_secret, record["metadata"]["name"],
+                            record["metadata"]["namespace"]) is not None:
+                self.changes += 1
         for node in self._list(self.core.list_node):
             labels = node["metadata"].get("labels") or {}
             patch = dict((k, None) for k, v in labels.items()

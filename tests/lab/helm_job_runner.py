@@ -43,7 +43,6 @@ import argparse
 import base64
 import dataclasses
 import datetime
-import gzip
 import json
 import os
 import re
@@ -57,6 +56,8 @@ import time
 import urllib.parse
 
 from kubernetes import client, config, watch
+
+from tests.lab import helm_record
 
 CHART_LABEL = "helmcharts.helm.cattle.io/chart"
 CONFIG_HASH_LABEL = "helmcharts.helm.cattle.io/configHash"
@@ -396,29 +397,6 @@ def termination_message(term_lines):
     log), the last 4096 bytes."""
     text = "".join(line + "\n" for line in term_lines)
     return text.encode()[-TERMINATION_MESSAGE_MAX:].decode(errors="ignore")
-
-
-# ------------------------------------------------------------------ helm's release record
-def decode_release(text):
-    """A release record as helm stores it (base64 of gzipped JSON) -> dict."""
-    raw = base64.b64decode(text)
-    if raw[:3] == b"\x1f\x8b\x08":
-        raw = gzip.decompress(raw)
-    return json.loads(raw)
-
-
-def encode_release(record):
-    return base64.b64encode(gzip.compress(json.dumps(record, separators=(",", ":")).encode())).decode()
-
-
-def latest_record(objects):
-    """The release object (Secret or ConfigMap, as a dict) with the highest version label."""
-    def version(obj):
-        try:
-            return int((obj["metadata"].get("labels") or {}).get("version", ""))
-        except ValueError:
-            return -1
-    return max(objects, key=version) if objects else None
 
 
 # ------------------------------------------------------------------ the kubelet's status
@@ -909,29 +887,27 @@ class Runner(object):
         self.retry(create, lambda: False)
 
     def set_release_status(self, namespace, name, status, driver):
-        selector = "owner=helm,name=%s" % name
+        selector = helm_record.selector(name)
         if driver in ("secret", "secrets"):
             objects = self._json(self.core.list_namespaced_secret(
-                namespace, label_selector=selector, field_selector="type=helm.sh/release.v1"))["items"]
+                namespace, label_selector=selector, field_selector="type=" + helm_record.SECRET_TYPE))["items"]
         elif driver in ("configmap", "configmaps"):
             objects = self._json(self.core.list_namespaced_config_map(namespace, label_selector=selector))["items"]
         else:
             raise ValueError("lab: set-status is not played for HELM_DRIVER=%s" % driver)
-        record_object = latest_record(objects)
+        record_object = helm_record.latest_record(objects)
         if record_object is None:
             raise LookupError("release: not found")
-        encoded = record_object["data"]["release"]
+        labels = helm_record.status_labels(status)
         if driver.startswith("secret"):
-            encoded = base64.b64decode(encoded).decode()
-        record = decode_release(encoded)
-        record.setdefault("info", {})["status"] = status
-        encoded = encode_release(record)
-        labels = {"status": status, "modifiedAt": str(int(time.time()))}
-        if driver.startswith("secret"):
-            body = {"metadata": {"labels": labels}, "data": {"release": base64.b64encode(encoded.encode()).decode()}}
+            record = helm_record.record_of_secret(record_object)
+            record.setdefault("info", {})["status"] = status
+            body = {"metadata": {"labels": labels}, "data": {"release": helm_record.secret_payload(record)}}
             self.core.patch_namespaced_secret(record_object["metadata"]["name"], namespace, body)
         else:
-            body = {"metadata": {"labels": labels}, "data": {"release": encoded}}
+            record = helm_record.decode_release(record_object["data"]["release"])
+            record.setdefault("info", {})["status"] = status
+            body = {"metadata": {"labels": labels}, "data": {"release": helm_record.encode_release(record)}}
             self.core.patch_namespaced_config_map(record_object["metadata"]["name"], namespace, body)
 
     def forget(self, uid):

@@ -88,3 +88,30 @@ def test_the_module_passes_quietly_with_nothing_refused(run):  # noqa: F811
 def test_a_timeout_of_zero_is_refused_by_name(run):  # noqa: F811
     rc, result, connects = run(gpu_driver_eviction_check, _cluster(), timeout=0)
     assert rc == 1 and result["msg"] == "timeout must be more than 0 seconds, got 0" and connects == []
+
+
+def test_a_budget_the_disruption_controller_has_not_counted_yet_refuses():
+    # No status: the Eviction API answers 429 until the budget's observedGeneration catches up.
+    fresh = pdb("trainer-pdb", {"matchLabels": {"app": "trainer"}})
+    fresh.pop("status")
+    assert du.refuses_evictions(fresh)
+    assert du.refused_evictions(DRIVER_PODS + [TRAINER], [fresh], NS) == {"gpu-1": [
+        "team/trainer: eviction refused by PodDisruptionBudget team/trainer-pdb (not counted by the disruption "
+        "controller yet)"]}
+
+
+def test_the_values_a_change_delivers_give_the_timeouts_as_the_chart_renders_them():
+    values = {"driver": {"upgradePolicy": {"gpuPodDeletion": {"timeoutSeconds": 45},
+                                           "drain": {"enable": True, "timeoutSeconds": 90}}}}
+    assert du.deletion_timeouts(du.policy_of_values(values)) == (45, 90)
+    assert du.deletion_timeouts(du.policy_of_values({"driver": {"version": "580.126.20"}})) == (300, None)
+
+
+def test_the_module_judges_by_the_values_the_change_delivers_not_the_running_policy(run):  # noqa: F811
+    # The running ClusterPolicy drains nothing and waits 300 s; the change turns the drain on.
+    values = {"driver": {"upgradePolicy": {"gpuPodDeletion": {"timeoutSeconds": 45},
+                                           "drain": {"enable": True, "timeoutSeconds": 90}}}}
+    rc, result, _connects = run(gpu_driver_eviction_check, _cluster(TRAINER, WEB), values=values)
+    assert rc == 0 and result["drain"] is True and (result["pod_deletion_timeout"], result["drain_timeout"]) == (45, 90)
+    assert sorted(result["refused"]) == ["gpu-1", "gpu-2"]
+    assert "45 s of GPU pod deletion" in str(result["warnings"][0])

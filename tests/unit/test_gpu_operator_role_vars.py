@@ -52,14 +52,3 @@ def test_without_a_rendering_there_is_no_driver_upgrade_to_wait_for():
 ])
 def test_the_operand_wait_is_given_the_charts_images_on_an_upgrade(registered, upgrading):
     assert templated("_gpu_operator_upgrading", gpu_operator_chart=registered) == upgrading
-
-
-@pytest.mark.parametrize("registered, drain", [
-    (chart(values={"driver": {"upgradePolicy": {"drain": {"enable": True, "timeoutSeconds": 60}}}}), True),
-    (chart(values={"driver": {"upgradePolicy": {"drain": {"enable": False}}}}), False),
-    (chart(values={"driver": {"upgradePolicy": {"autoUpgrade": True}}}), False),
-    (chart(), False),
-    ({"changed": False, "skipped": True}, False),
-])
-def test_the_eviction_check_counts_the_drained_pods_when_the_delivered_values_drain(registered, drain):
-    assert templated("_gpu_operator_driver_drain", gpu_operator_chart=registered) == drain

@@ -9,7 +9,9 @@ import threading
 
 import pytest
 
+from ansible_collections.gpuplatform.rke2.plugins.module_utils.k8s import helm_release
 from tests.lab import helm_job_runner as hjr
+from tests.lab import helm_record
 
 CONFIG_HASH = "0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789ABCDE"  # hex, cut to 63 (a label value)
 
@@ -338,12 +340,30 @@ def test_termination_message_is_the_script_lines_and_helms_error():
 
 def test_release_record_round_trip_and_latest():
     record = {"name": "gpu-operator", "version": 2, "info": {"status": "pending-install"}}
-    assert hjr.decode_release(hjr.encode_release(record)) == record
-    assert hjr.decode_release(base64.b64encode(json.dumps(record).encode()).decode()) == record  # not gzipped
+    assert helm_record.decode_release(helm_record.encode_release(record)) == record
+    assert helm_record.decode_release(base64.b64encode(json.dumps(record).encode()).decode()) == record  # not gzipped
     objects = [{"metadata": {"name": "sh.helm.release.v1.gpu-operator.v%s" % v, "labels": {"version": v}}}
                for v in ("2", "10", "9")]
-    assert hjr.latest_record(objects)["metadata"]["name"] == "sh.helm.release.v1.gpu-operator.v10"
-    assert hjr.latest_record([]) is None
+    assert helm_record.latest_record(objects)["metadata"]["name"] == "sh.helm.release.v1.gpu-operator.v10"
+    assert helm_record.latest_record([]) is None
+
+
+def test_the_record_the_offline_lab_writes_is_read_back_by_the_collection_as_helms():
+    # The offline stand-in writes what helm's storage would; the collection's reader of helm's
+    # records must take it exactly as a real one, or the sim-mode upgrade path tests nothing.
+    values = {"driver": {"enabled": False}}
+    chart = {"name": "gpu-operator", "version": "v26.3.2", "appVersion": "v26.3.2"}
+    first = helm_record.release_secret("gpu-operator", "gpu-operator", 1, chart, values)
+    second = helm_record.release_secret("gpu-operator", "gpu-operator", 2, dict(chart, version="v26.3.3"), {})
+    first["metadata"]["labels"]["status"] = helm_record.SUPERSEDED
+    revisions = helm_release.history([second, first], "gpu-operator")
+    assert [(r["revision"], r["chart_version"], r["status"]) for r in revisions] == [
+        (1, "v26.3.2", "deployed"), (2, "v26.3.3", "deployed")]  # the payload's status is the one helm reads
+    assert revisions[0]["values"] == values and revisions[0]["description"] == "Install complete"
+    assert revisions[1]["description"] == "Upgrade complete"
+    assert helm_release.deployed_as(revisions, "v26.3.3", {})
+    assert not helm_release.deployed_as(revisions, "v26.3.2", values)
+    assert helm_record.record_of_secret(second)["chart"]["metadata"]["version"] == "v26.3.3"
 
 
 # ---------------------------------------------------------------- the status it reports

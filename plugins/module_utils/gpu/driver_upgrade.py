@@ -462,19 +462,27 @@ def _selector_matches(selector, labels):
     return True
 
 
+def refuses_evictions(pdb):
+    """A PodDisruptionBudget that allows no disruption now (status.disruptionsAllowed 0, or no
+    status yet: the disruption controller has not counted it, and the API refuses until it has)."""
+    return ((pdb.get("status") or {}).get("disruptionsAllowed") or 0) < 1
+
+
 def blocking_pdbs(pod, pdbs):
     """The PodDisruptionBudgets that refuse ``pod``'s eviction now: in its namespace, selecting
-    it, with no disruption allowed (status.disruptionsAllowed 0)."""
+    it, with no disruption allowed (refuses_evictions)."""
     result = []
     for pdb in pdbs:
         if _meta(pdb).get("namespace") != _meta(pod).get("namespace"):
             continue
         if not _selector_matches((pdb.get("spec") or {}).get("selector"), _labels(pod)):
             continue
-        status = pdb.get("status") or {}
-        if (status.get("disruptionsAllowed") or 0) < 1:
-            result.append("PodDisruptionBudget %s/%s (disruptionsAllowed 0, %s of %s desired healthy)" % (
-                _meta(pdb).get("namespace"), _name(pdb), status.get("currentHealthy"), status.get("desiredHealthy")))
+        if refuses_evictions(pdb):
+            status = pdb.get("status")
+            why = ("disruptionsAllowed 0, %s of %s desired healthy" % (status.get("currentHealthy"),
+                                                                       status.get("desiredHealthy"))
+                   if status else "not counted by the disruption controller yet")
+            result.append("PodDisruptionBudget %s/%s (%s)" % (_meta(pdb).get("namespace"), _name(pdb), why))
     return result
 
 
@@ -610,10 +618,18 @@ def deletion_timeouts(clusterpolicy):
             if drain.get("enable") is True else None)
 
 
+def policy_of_values(values):
+    """The ClusterPolicy part deletion_timeouts reads, as the chart renders it from its values
+    (templates/clusterpolicy.yaml: driver.upgradePolicy.gpuPodDeletion -> podDeletion, drain ->
+    drain): the timeouts of a change before the operator has them."""
+    policy = ((((values or {}).get("driver") or {}).get("upgradePolicy")) or {})
+    return {"spec": {"driver": {"upgradePolicy": {"podDeletion": policy.get("gpuPodDeletion") or {},
+                                                  "drain": policy.get("drain") or {}}}}}
+
+
 def refusing_namespaces(pdbs):
     """The namespaces with a PodDisruptionBudget that allows no disruption now, sorted."""
-    return sorted(set(_meta(b).get("namespace") for b in pdbs
-                      if ((b.get("status") or {}).get("disruptionsAllowed") or 0) < 1 and _meta(b).get("namespace")))
+    return sorted(set(_meta(b).get("namespace") for b in pdbs if refuses_evictions(b) and _meta(b).get("namespace")))
 
 
 def refusal_text(refused, deletion_timeout, drain_timeout=None, most=10):

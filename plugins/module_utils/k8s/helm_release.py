@@ -163,7 +163,7 @@ def failure_report(revisions):
     return report
 
 
-def _user_values(config, wanted):
+def user_values(config, wanted):
     """helm's record of the values without what the host's helm-controller adds on its own: RKE2's
     sets ``global.*`` values (systemDefaultRegistry, clusterCIDR, ...) with --set-string."""
     config = dict(config or {})
@@ -186,7 +186,7 @@ def deployed_as(revisions, chart_version, values):
         return False
     if str(latest["chart_version"] or "").lstrip("v") != str(chart_version or "").lstrip("v"):
         return False
-    return _user_values(latest.get("values"), values) == (values or {})
+    return user_values(latest.get("values"), values) == (values or {})
 
 
 def summary(rev):
