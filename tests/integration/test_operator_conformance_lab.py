@@ -213,11 +213,12 @@ def predict(nodes, values):
         daemonsets[operand.daemonset] = {"selector": selector, "desired": len(targets)}
     gpu_nodes = [n for n, node in nodes.items() if om.is_gpu_node(node["labels"])]
     reason = om.REASON_RECONCILED if gpu_nodes else om.REASON_NO_GPU_NODES
-    return {"daemonsets": daemonsets, "labels": labels, "churning": sorted(churning), "cluster_policy": {
-        "state": om.CLUSTER_POLICY_READY, "conditions": [[om.CONDITION_ERROR, "False", "Ready"],
-                                                         [om.CONDITION_READY, "True", reason]]},
-        # helm-controller ran helm with the HelmChart's version and values, and helm deployed them.
-        "release": {"status": helm_release.DEPLOYED, "chart_version": OPERATOR_VERSION, "values": values}}
+    cluster_policy = {"state": om.CLUSTER_POLICY_READY, "conditions": [[om.CONDITION_ERROR, "False", "Ready"],
+                                                                       [om.CONDITION_READY, "True", reason]]}
+    # helm-controller ran helm with the HelmChart's version and values, and helm deployed them.
+    release = {"status": helm_release.DEPLOYED, "chart_version": OPERATOR_VERSION, "values": values}
+    return {"daemonsets": daemonsets, "labels": labels, "churning": sorted(churning), "cluster_policy": cluster_policy,
+            "release": release}
 
 
 def without_churning(predicted, seen):
