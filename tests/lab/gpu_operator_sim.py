@@ -52,6 +52,8 @@ OS_VERSION_LABEL = "feature.node.kubernetes.io/system-os_release.VERSION_ID"
 INSTALL_ANNOTATION = fleet_mod.LAB_ANNOTATION + "install"
 VALUES_HASH_ANNOTATION = fleet_mod.LAB_ANNOTATION + "values-hash"
 FAIL_LABEL = fleet_mod.LAB_ANNOTATION + "fail"
+# The version it plays (its reference manifests and values are v26.3.2's): a HelmChart without spec.version gets it.
+PLAYED_VERSION = "v26.3.2"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-operator-sim"}
 # ClusterPolicy spec keys the chart renders from its values.
 CLUSTER_POLICY_KEYS = (
@@ -128,7 +130,7 @@ class OperatorSimulator(object):
         superseded (pkg/action/upgrade.go). Nothing when the latest one already says so."""
         release = chart["metadata"]["name"]
         spec = chart["spec"]
-        version = str(spec.get("version") or "v26.3.2")
+        version = str(spec.get("version") or PLAYED_VERSION)
         values = yaml.safe_load(spec.get("valuesContent") or "") or {}
         latest = helm_record.latest_record(self._release_records(release, namespace))
         if latest is not None:
@@ -136,10 +138,8 @@ class OperatorSimulator(object):
             if ((record.get("info") or {}).get("status") == helm_record.DEPLOYED and record.get("config") == values
                     and (record.get("chart") or {}).get("metadata", {}).get("version") == version):
                 return
-            record.setdefault("info", {})["status"] = helm_record.SUPERSEDED
-            self.core.patch_namespaced_secret(latest["metadata"]["name"], namespace, {
-                "metadata": {"labels": helm_record.status_labels(helm_record.SUPERSEDED)},
-                "data": {"release": helm_record.secret_payload(record)}})
+            self.core.patch_namespaced_secret(latest["metadata"]["name"], namespace,
+                                              helm_record.status_patch(latest, helm_record.SUPERSEDED))
         revision = helm_record.version_of(latest) + 1 if latest is not None else 1
         metadata = {"name": (spec.get("chart") or "gpu-operator").rsplit("/", 1)[-1], "version": version, "appVersion": version}
         self.core.create_namespaced_secret(namespace, helm_record.release_secret(release, namespace, revision, metadata,
@@ -247,7 +247,7 @@ class OperatorSimulator(object):
             self.changes += 1
 
     def operator(self, chart, values, namespace):
-        version = str(chart["spec"].get("version") or "v26.3.2")
+        version = str(chart["spec"].get("version") or PLAYED_VERSION)
         self._ensure(self.core.read_namespace, self.core.create_namespace, self.core.patch_namespace, namespace, None,
                      {"metadata": {"name": namespace}}, lambda o: o["metadata"]["name"])
         operator_image = image_of(values, "operator", version)

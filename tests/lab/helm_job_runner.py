@@ -898,16 +898,14 @@ class Runner(object):
         record_object = helm_record.latest_record(objects)
         if record_object is None:
             raise LookupError("release: not found")
-        labels = helm_record.status_labels(status)
         if driver.startswith("secret"):
-            record = helm_record.record_of_secret(record_object)
-            record.setdefault("info", {})["status"] = status
-            body = {"metadata": {"labels": labels}, "data": {"release": helm_record.secret_payload(record)}}
-            self.core.patch_namespaced_secret(record_object["metadata"]["name"], namespace, body)
+            self.core.patch_namespaced_secret(record_object["metadata"]["name"], namespace,
+                                              helm_record.status_patch(record_object, status))
         else:
             record = helm_record.decode_release(record_object["data"]["release"])
             record.setdefault("info", {})["status"] = status
-            body = {"metadata": {"labels": labels}, "data": {"release": helm_record.encode_release(record)}}
+            body = {"metadata": {"labels": helm_record.status_labels(status)},
+                    "data": {"release": helm_record.encode_release(record)}}
             self.core.patch_namespaced_config_map(record_object["metadata"]["name"], namespace, body)
 
     def forget(self, uid):

@@ -62,6 +62,14 @@ def status_labels(status):
     return {"status": status, "modifiedAt": str(int(time.time()))}
 
 
+def status_patch(secret, status):
+    """The patch that gives a record Secret another status, in its labels and its payload
+    (helm reads the payload's), as helm's storage update does."""
+    record = record_of_secret(secret)
+    record.setdefault("info", {})["status"] = status
+    return {"metadata": {"labels": status_labels(status)}, "data": {"release": secret_payload(record)}}
+
+
 def release_secret(release, namespace, revision, chart, values, status=DEPLOYED, description=None):
     """The Secret of a revision helm has just deployed: ``chart`` is the chart's metadata
     (name, version, appVersion), ``values`` the values given to helm (helm's ``config``)."""
