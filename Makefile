@@ -97,7 +97,7 @@ lab-status: venv ## show the lab's processes, kubeconfig and nodes
 	$(PY) -m tests.lab.labctl status
 
 # ---------------------------------------------------------------- tests
-.PHONY: test lint sanity unit integration conformance-versions rke2-binary-tests molecule build-collection docs-check
+.PHONY: test lint sanity unit integration conformance-versions integration-helm3 rke2-binary-tests molecule build-collection docs-check
 # The lab binaries build (cold: about half an hour on 2 cores, docs/lab.md) while the suites that need no lab run:
 # those are mostly single-threaded, and a cold CI run would otherwise leave a core idle for their length.
 # The lab suites then run beside the real rke2's build and, once it is there, the suites that need only that
@@ -125,7 +125,7 @@ test: venv ## every test: lint, sanity, unit, lab integration, molecule
 	    tail -n 2 $(RKE2_BUILD_LOG); $(MAKE) --no-print-directory rke2-binary-tests && \
 	    $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS=rke2' > $(RKE2_SUITES_LOG) 2>&1 & side=$$!; \
 	  trap 'kill -- -$$side 2>/dev/null' EXIT; \
-	  $(MAKE) integration conformance-versions || exit 1; \
+	  $(MAKE) integration conformance-versions integration-helm3 || exit 1; \
 	  echo "rke2 side: waiting for the build, tests/rke2 and molecule/rke2 (log: $(RKE2_SUITES_LOG))"; \
 	  wait $$side; rc=$$?; trap - EXIT; \
 	  echo "---------------- rke2 side (the real rke2's build, tests/rke2, molecule/rke2): its output"; \
@@ -167,6 +167,14 @@ conformance-versions: venv lab-binaries ## the operand model against the real op
 	  echo "==> conformance: the operand model against the real GPU Operator $$version"; \
 	  GPU_OPERATOR_VERSION=$$version $(PY) -m pytest tests/integration/test_operator_conformance_lab.py -q -rs \
 	    --durations=5 || exit 1; done
+
+# The lab's install Jobs run helm v4, as current RKE2 lines do; the pinned RKE2 v1.34.1 still runs helm v3 (v3.18.4,
+# docs/lab.md "Helm as RKE2 runs it"). The suites where helm's own behaviour decides the outcome run again on it.
+HELM3_SUITES ?= tests/integration/test_real_chart_lab.py tests/integration/test_upgrade_failure_lab.py \
+  tests/integration/test_operator_upgrade_lab.py
+integration-helm3: venv lab-binaries ## the lab suites where helm decides, with helm v3 in the install Jobs (RKE2 v1.34.1's)
+	$(call say,lab suites on helm v3 (the pinned RKE2 line's))
+	LAB_HELM=v3 $(PY) -m pytest $(HELM3_SUITES) -q -rs --durations=5
 
 rke2-binary-tests: venv lab-build ## the checks against the real rke2 binary (tests/rke2: the server-only key list)
 	$(call say,checks against the real rke2 binary)

@@ -32,6 +32,7 @@ REAL_HOSTS = "needs the site's real hosts (SSH to them); molecule and the lab co
 KNOWN = {
     "make demo": ("excluded", "the main job itself (scripts/demo.py on a lab of its own); not part of make test"),
     "make test": ("excluded", "runs this test"),
+    "make integration-helm3": ("excluded", "part of make test, which runs this test"),
     "make help": ("offline", ["make help"]),
     "make site/render SITE=<site>": ("offline", ["make site/render SITE=tirosh-home"]),
     "make site/render SITE=tirosh-home": ("offline", ["make site/render SITE=tirosh-home"]),

@@ -5,7 +5,8 @@
 #   build.sh control-plane   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
 #                            (k8s.io/kubernetes, gobuild/go.mod), etcd (gobuild/cmd/etcd),
 #                            kwok (sigs.k8s.io/kwok)             -> prints the bin folder
-#   build.sh helm-tools      helm (helm.sh/helm/v3) and helm-controller (github.com/k3s-io/
+#   build.sh helm-tools      helm v4 (helm.sh/helm/v4) in the bin folder and helm v3
+#                            (helm.sh/helm/v3) in its v3/ folder, helm-controller (github.com/k3s-io/
 #                            helm-controller), from the Go module proxy -> prints the bin folder
 #   build.sh gpu-operator SRC KEY VERSION
 #                            the GPU Operator from its source tree SRC (go build -mod=vendor,
@@ -21,7 +22,12 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 K8S_VERSION=v1.34.4      # keep equal to k8s.io/kubernetes in gobuild/go.mod
 KWOK_VERSION=v0.8.0
-HELM_VERSION=v3.22.0
+# The helm inside helm-controller's install Job is klipper-helm's: RKE2 v1.34.1 (the lab's rke2) ships klipper-helm
+# v0.9.8-build20250709, whose Dockerfile fetches helm v3.18.4; klipper-helm moved to helm v4 on 2026-06-01 (3776724,
+# "Bump helm and plugins to v4") and builds v4.1.4 since (09c5242, the SSA and force-conflicts fix that every RKE2
+# line took in July 2026: rancher/rke2#10957..10961). docs/lab.md, "Helm as RKE2 runs it".
+HELM_VERSION=v4.1.4
+HELM3_VERSION=v3.18.4
 HELM_CONTROLLER_VERSION=v0.16.27
 RKE2_VERSION=v1.34.1+rke2r1
 RKE2_COMMIT=98b87c78e2c5a09fd8ff07bcaf4f102db1894a93
@@ -82,13 +88,19 @@ control_plane() {
 helm_tools() {
   local recipe=1
   local pin_hash bin
-  pin_hash=$( (echo "helm ${HELM_VERSION} helm-controller ${HELM_CONTROLLER_VERSION} $recipe"; go env GOVERSION) |
-              sha256sum | cut -c1-16)
+  pin_hash=$( (echo "helm ${HELM_VERSION} ${HELM3_VERSION} helm-controller ${HELM_CONTROLLER_VERSION} $recipe";
+                go env GOVERSION) | sha256sum | cut -c1-16)
   bin="$cache_root/helm-tools-$pin_hash/bin"
-  mkdir -p "$bin"
-  log "helm pins: helm ${HELM_VERSION}, helm-controller ${HELM_CONTROLLER_VERSION}; cache $bin"
-  install_one helm "$bin" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}" \
-    "-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION} -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+  mkdir -p "$bin/v3"
+  log "helm pins: helm ${HELM_VERSION} and ${HELM3_VERSION}, helm-controller ${HELM_CONTROLLER_VERSION}; cache $bin"
+  local version major dest
+  for version in "$HELM_VERSION" "$HELM3_VERSION"; do
+    major=${version%%.*}   # the module path names its major version
+    dest=$bin
+    if [ "$major" = v3 ]; then dest=$bin/v3; fi
+    install_one helm "$dest" "helm.sh/helm/${major}/cmd/helm@${version}" \
+      "-s -w -X helm.sh/helm/${major}/internal/version.version=${version} -X helm.sh/helm/${major}/internal/version.gitTreeState=clean"
+  done
   install_one helm-controller "$bin" "github.com/k3s-io/helm-controller@${HELM_CONTROLLER_VERSION}" \
     "-s -w -X github.com/k3s-io/helm-controller/pkg/version.Version=${HELM_CONTROLLER_VERSION}"
   echo "$bin"

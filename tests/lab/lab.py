@@ -71,6 +71,7 @@ BINARY = {"node-agent": "tests.lab.node_agent", "helm-job-runner": "tests.lab.he
 SERVICE_CIDR = "10.96.0.0/16"
 OPERATOR_NAMESPACE = "gpu-operator"
 OPERATOR_VERSION = upstream.OPERATOR_TAG
+HELM_LINE = upstream.helm_line()
 # The version the offline simulator plays, whatever GPU_OPERATOR_VERSION says (its reference manifests).
 SIMULATED_VERSION = "v26.3.2"
 # Where a HelmChart gets the chart when the lab has no repository of its own (offline mode
@@ -184,14 +185,16 @@ class LabError(RuntimeError):
 
 
 class Lab(object):
-    def __init__(self, workdir=None, fleet_file=None, bin_dir=None, mode=None, nodes=None, operator_version=None):
+    def __init__(self, workdir=None, fleet_file=None, bin_dir=None, mode=None, nodes=None, operator_version=None,
+                 helm=None):
         """``mode``: "simulated" runs the offline simulator even where the upstream source
         is present (the conformance suite compares the two); None decides by the source.
         ``operator_version``: the GPU Operator version `up` starts (GPU_OPERATOR_VERSION's by
         default); a chart upgrade switches the running one (``switch_operator``).
         ``nodes``: a generated fleet of that many nodes (fleet.write_scale_inventory, into
         ``<workdir>/hosts.yml``, written at up); 0 the lab inventory; None (and no
-        ``fleet_file``) the fleet this work directory's lab was started with."""
+        ``fleet_file``) the fleet this work directory's lab was started with.
+        ``helm``: the helm line its install Jobs run, "v4" or "v3" (LAB_HELM's by default)."""
         self.workdir = os.path.abspath(workdir or os.path.join(ROOT, ".lab"))
         self.state_file = os.path.join(self.workdir, "state.json")
         self.nodes = nodes
@@ -209,6 +212,9 @@ class Lab(object):
         self._api = None
         self._mode = mode
         self.start_version = operator_version or OPERATOR_VERSION
+        self.helm = helm or HELM_LINE
+        if self.helm not in upstream.HELM_LINES:
+            raise LabError("helm=%s: the lab runs helm %s" % (self.helm, " or ".join(upstream.HELM_LINES)))
 
     # ------------------------------------------------------------ state
     @property
@@ -674,10 +680,11 @@ class Lab(object):
         self._save_state(state)
 
     def _start_job_runner(self):
+        state = self.state()
+        helm = upstream.helm_binary(state["helm_tools"], state.get("helm", self.helm))
         self._spawn("helm-job-runner", [
             sys.executable, "-u", "-m", "tests.lab.helm_job_runner", "--kubeconfig", self.kubeconfig,
-            "--workdir", self.workdir, "--helm", os.path.join(self.state()["helm_tools"], "helm")],
-            env=self._python_env())
+            "--workdir", self.workdir, "--helm", helm], env=self._python_env())
 
     def _start_operator(self):
         """The real operator, out of cluster: it reads its manifests from the hard-coded
@@ -882,8 +889,9 @@ class Lab(object):
                                              "kwok", "chart_repo", "operator_metrics", "operator_health"))}
         if mode == "real":
             state.update(self.operator_build(self.start_version), helm_tools=build("helm-tools"),
-                         operator_start_version=self.start_version)
-            log("GPU Operator %s (real, built from %s)" % (self.start_version, source.origin))
+                         operator_start_version=self.start_version, helm=self.helm)
+            log("GPU Operator %s (real, built from %s), helm %s in the install Jobs" % (
+                self.start_version, source.origin, self.helm))
         ensure_pki(os.path.join(self.workdir, "pki"))
         shutil.rmtree(os.path.join(self.workdir, "etcd-data"), ignore_errors=True)
         shutil.rmtree(os.path.join(self.workdir, "podlogs"), ignore_errors=True)

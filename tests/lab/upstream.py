@@ -49,6 +49,31 @@ def operator_tag(environ=None):
 
 
 OPERATOR_TAG = operator_tag()
+
+# The helm major version that runs in the lab's helm-install Jobs: v4 as current RKE2 lines run it (klipper-helm
+# since 2026-06), or v3 as the pinned RKE2 v1.34.1 runs it (klipper-helm v0.9.8: helm v3.18.4); tests/lab/build.sh
+# builds both. LAB_HELM picks one.
+HELM_LINES = ("v4", "v3")
+HELM_ENV = "LAB_HELM"
+
+
+def helm_line(environ=None):
+    """The helm line the lab's install Jobs run: ``LAB_HELM`` (v4, 4, v3 or 3), v4 by default. Raises
+    ValueError naming the lines it knows."""
+    given = str((environ if environ is not None else os.environ).get(HELM_ENV) or "").strip()
+    if not given:
+        return HELM_LINES[0]
+    line = "v" + given.lstrip("v")
+    if line not in HELM_LINES:
+        raise ValueError("%s=%s: the lab runs helm %s" % (HELM_ENV, given, " or ".join(HELM_LINES)))
+    return line
+
+
+def helm_binary(tools, line):
+    """The helm of ``line`` in the helm-tools folder tests/lab/build.sh prints."""
+    return os.path.join(tools, "helm") if line == "v4" else os.path.join(tools, line, "helm")
+
+
 OPERATOR_TARBALL = "gpu-operator-%s.tar.gz" % OPERATOR_TAG
 OPERATOR_GIT = "https://github.com/NVIDIA/gpu-operator.git"
 # What a tree must hold to be the operator's source at the tag (vendor/ builds it offline).

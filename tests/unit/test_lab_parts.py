@@ -10,7 +10,7 @@ import tarfile
 import pytest
 
 from tests.lab import node_agent, upstream
-from tests.lab.lab import operand_pod_exclusions
+from tests.lab.lab import ROOT, operand_pod_exclusions
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
 
 
@@ -110,6 +110,32 @@ def test_a_version_the_lab_cannot_run_is_refused_naming_those_it_can(given):
     with pytest.raises(ValueError) as info:
         upstream.operator_tag({upstream.VERSION_ENV: given})
     assert str(info.value) == "GPU_OPERATOR_VERSION=%s: the lab runs one of v26.3.2, v26.3.3, v26.7.0" % given
+
+
+@pytest.mark.parametrize("given, line", [(None, "v4"), ("", "v4"), ("4", "v4"), ("v3", "v3"), (" 3 ", "v3")])
+def test_the_lab_runs_the_helm_line_asked_for(given, line):
+    environ = {} if given is None else {upstream.HELM_ENV: given}
+    assert upstream.helm_line(environ) == line
+    # v4 is the build's bin folder's helm, v3 its own folder's: two binaries named helm.
+    assert upstream.helm_binary("/tools", line) == {"v4": "/tools/helm", "v3": "/tools/v3/helm"}[line]
+
+
+@pytest.mark.parametrize("given", ["v2", "4.1.4", "helm4"])
+def test_a_helm_line_the_lab_does_not_build_is_refused_naming_those_it_does(given):
+    with pytest.raises(ValueError) as info:
+        upstream.helm_line({upstream.HELM_ENV: given})
+    assert str(info.value) == "LAB_HELM=%s: the lab runs helm v4 or v3" % given
+
+
+def test_the_build_pins_the_helm_each_rke2_line_runs():
+    # tests/lab/build.sh and docs/lab.md's table say the same versions.
+    with open(os.path.join(ROOT, "tests", "lab", "build.sh")) as handle:
+        script = handle.read()
+    with open(os.path.join(ROOT, "docs", "lab.md")) as handle:
+        doc = handle.read()
+    for key, version in (("HELM_VERSION", "v4.1.4"), ("HELM3_VERSION", "v3.18.4")):
+        assert "\n%s=%s\n" % (key, version) in script
+        assert "helm@%s" % version in doc
 
 
 def test_the_lab_runs_every_version_the_collection_knows():
