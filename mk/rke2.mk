@@ -22,6 +22,9 @@ rke2/agent/install: venv ## step 3: install or upgrade SITE's RKE2 agents, one a
 rke2/kubeconfig: venv ## step 4: merge SITE's cluster into the operator's kubeconfig (context SITE)
 	$(PLAYBOOK) playbooks/kubeconfig.yml $(RKE2_ARGS)
 
-.PHONY: rke2/uninstall
+.PHONY: rke2/uninstall rke2/node/remove
+rke2/node/remove: venv ## take one node out of SITE's cluster for good (quorum gate, drain, Node, etcd member, node-password secret, uninstall): NODE=host CONFIRM=SITE
+	$(PLAYBOOK) playbooks/rke2_remove_node.yml -e rke2_remove_node='$(NODE)' -e rke2_uninstall_confirm='$(CONFIRM)' $(RKE2_ARGS)
+
 rke2/uninstall: venv ## uninstall RKE2 from SITE's nodes (the release's rke2-uninstall.sh; destroys the cluster): CONFIRM=SITE
 	$(PLAYBOOK) playbooks/rke2_uninstall.yml -e rke2_uninstall_confirm='$(CONFIRM)' $(RKE2_ARGS)

@@ -1,7 +1,7 @@
 #!/bin/sh
 # A systemctl for the molecule/rke2 test hosts, which have no systemd: enough of it for the rke2 role's service
-# tasks (ansible.builtin.systemd_service's show / is-enabled / enable / daemon-reload, and the role's show, start,
-# restart). State in /run/molecule-systemd/<unit>.*: enabled, active, pid; <unit>.calls lists each start and restart;
+# tasks (ansible.builtin.systemd_service's show / is-enabled / enable / daemon-reload, and the role's show, is-active,
+# start, restart). State in /run/molecule-systemd/<unit>.*: enabled, active, pid; <unit>.calls lists each start and restart;
 # with <unit>.hang, start blocks as RKE2's Type=notify unit does while it cannot reach :9345, after writing that
 # file's line to the journal (fake-journalctl.sh reads <unit>.journal).
 set -eu
@@ -18,6 +18,8 @@ case $action in
     is-enabled)
         if [ -e "$state/$unit.enabled" ]; then echo enabled; else echo disabled; exit 1; fi ;;
     enable) touch "$state/$unit.enabled" ;;
+    is-active)
+        if [ -e "$state/$unit.active" ]; then echo active; else echo inactive; exit 3; fi ;;
     show)
         active=inactive pid=0
         if [ -e "$state/$unit.active" ]; then active=active pid=$(cat "$state/$unit.pid"); fi

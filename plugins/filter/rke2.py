@@ -1,13 +1,14 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, gpuplatform.rke2 contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters of the rke2 role: the content of config.yaml from typed variables, the
-release version in ``rke2 --version`` output, the upgrade rule, how a node takes part in
-the cluster and which token it joins with, the host's release architecture and the air-gap
-folder's checks, the service's restart and start failure, kube-vip's static pod for a fixed API
-address, the agents' version skew, an RPM install the tarball must not be unpacked over, and the
-HelmChartConfigs of the charts RKE2 deploys. Documentation in the sidecar
-files of the same names (rke2_config.yml, ...)."""
+"""Filters of the rke2 role: the content of config.yaml from typed variables, the release
+version in ``rke2 --version`` output, the upgrade rule, how a node takes part in the cluster
+and which token it joins with, which cluster a node belongs to (a new cluster over an old
+one's nodes, or a node of another cluster, refused), the host's release architecture and the
+air-gap folder's checks, the service's restart (refused while a server is unknown) and start
+failure, kube-vip's static pod for a fixed API address, the agents' version skew, an RPM
+install the tarball must not be unpacked over, and the HelmChartConfigs of the charts RKE2
+deploys. Documentation in the sidecar files of the same names (rke2_config.yml, ...)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -21,6 +22,7 @@ from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2_api_vip
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2_charts
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2_install
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2_membership as membership
 
 
 def rke2_config(role, **kwargs):
@@ -49,12 +51,51 @@ def _failing(function, *args, **kwargs):
 
 
 def rke2_join_plan(host, servers, holds_data, api_address="", servers_hostvars=None, token_given=False,
-                   check_mode=False):
+                   check_mode=False, running=None, joined_with="", member=False):
+    # running: {server: what `systemctl is-active rke2-server` printed there, '' or None where it was not asked}.
+    if running is not None:
+        running = dict((server, str(answer).strip() == "active" if answer else None)
+                       for server, answer in dict(running).items())
     plan = _failing(rke2.join_plan, host, list(servers), dict(holds_data), token_given=bool(token_given),
-                    check_mode=bool(check_mode))
+                    check_mode=bool(check_mode), running=running)
     addresses = rke2.server_addresses(dict(servers_hostvars or {}))
-    plan["join_address"] = rke2.join_address(api_address, addresses, plan["join_server"]) if plan["join_server"] else ""
+    address = rke2.join_address(api_address, addresses, plan["join_server"]) if plan["join_server"] else ""
+    plan["join_address"] = membership.kept_join_address(address, joined_with or "", bool(member) and bool(address),
+                                                        api_address, addresses)
+    plan["unknown_servers"] = [server for server in servers if holds_data.get(server) is None]
+    # The node names of the other servers that hold the datastore: before a server restarts, each must be Ready and
+    # a voting etcd member (the quorum gate); k8s_node_name as the rke2 role's rke2_node_name defaults to it.
+    plan["quorum_nodes"] = _node_names([server for server in servers if holds_data.get(server) is True
+                                        and server != host], servers_hostvars)
     return plan
+
+
+def _node_names(hosts, servers_hostvars):
+    # Each host's Kubernetes node name: k8s_node_name, as the rke2 role's rke2_node_name defaults to it.
+    hostvars = dict(servers_hostvars or {})
+    return [str((hostvars.get(host) or {}).get("k8s_node_name") or host) for host in hosts]
+
+
+def rke2_membership_error(host, plan, bundles=None, server_token="", confirmed=False):
+    # bundles: {node: base64 of its agent/server-ca.crt, '' where it holds none}, as the role slurped them.
+    members = _failing(membership.members_of, dict(bundles or {}))
+    confirmed = bool(confirmed)
+    if plan.get("starts_cluster") and not plan.get("token_source"):
+        return membership.new_cluster_error(host, members, confirmed)
+    cluster_ca = _failing(membership.token_ca_hash, server_token or "")
+    return membership.foreign_cluster_error(host, members.get(host, []), cluster_ca,
+                                            plan.get("token_source") or "", confirmed)
+
+
+def rke2_removal_plan(host, servers=None, agents=None, servers_hostvars=None, node_name=""):
+    # quorum_nodes as node names, as the quorum gate of a restart names them (rke2_join_plan).
+    plan = membership.removal_plan(host, list(servers or []), list(agents or []), node_name or "")
+    plan["quorum_nodes"] = _node_names(plan["quorum_nodes"], servers_hostvars)
+    return plan
+
+
+def rke2_restart_refusal(host, reason, unknown_servers=None):
+    return membership.restart_refusal(host, reason or "", list(unknown_servers or []))
 
 
 def rke2_join_token(role, server_token="", agent_token="", given_token="", given_agent_token=""):
@@ -138,6 +179,9 @@ class FilterModule(object):
             "rke2_upgrade_error": rke2_upgrade_error,
             "rke2_join_plan": rke2_join_plan,
             "rke2_join_token": rke2_join_token,
+            "rke2_membership_error": rke2_membership_error,
+            "rke2_restart_refusal": rke2_restart_refusal,
+            "rke2_removal_plan": rke2_removal_plan,
             "rke2_release_arch": rke2_release_arch,
             "rke2_airgap_problems": rke2_airgap_problems,
             "rke2_archives_for_arch": rke2_archives_for_arch,

@@ -29,13 +29,38 @@ SKIP = "skip"
 REFUSE = "refuse"
 
 
-def is_unschedulable(nodes, node):
-    """Whether ``node`` (among the listed ``nodes``) is cordoned; a ValueError naming it when
-    the cluster has no such node."""
+# The annotation a drain leaves on a node it cordoned, with what it cordoned it for (the module's ``mark``): a later
+# run uncordons the nodes that carry it (an earlier run that failed after its drain included), and only those; a
+# node someone else cordoned stays cordoned.
+CORDON_MARK = "gpuplatform.rke2/cordoned-for"
+
+
+def _node(nodes, node):
     found = [n for n in ko.read_all("Node", nodes, "nodes") if n["metadata"]["name"] == node]
     if not found:
         raise ValueError("name: there is no node %s in the cluster" % node)
-    return bool((found[0].get("spec") or {}).get("unschedulable"))
+    return found[0]
+
+
+def is_unschedulable(nodes, node):
+    """Whether ``node`` (among the listed ``nodes``) is cordoned; a ValueError naming it when
+    the cluster has no such node."""
+    return bool((_node(nodes, node).get("spec") or {}).get("unschedulable"))
+
+
+def cordon_mark(nodes, node):
+    """What a drain cordoned ``node`` for (its CORDON_MARK annotation), '' when no drain of ours did."""
+    return str((_node(nodes, node)["metadata"].get("annotations") or {}).get(CORDON_MARK) or "")
+
+
+def uncordon_plan(nodes, node, mark=""):
+    """(uncordon, clear the mark) for ``node``: without ``mark``, a cordoned node is uncordoned; with it, only a node
+    that carries that mark, whose mark then goes too."""
+    unschedulable = is_unschedulable(nodes, node)
+    if not mark:
+        return unschedulable, False
+    marked = cordon_mark(nodes, node) == mark
+    return unschedulable and marked, marked
 
 
 def pod_name(pod):
@@ -109,8 +134,12 @@ class Requests(object):
     def _call(self, function, *args):
         return self.api._call(function, *args)  # pylint: disable=protected-access
 
-    def set_unschedulable(self, node, unschedulable):
-        self._call(self.api.core.patch_node, node, {"spec": {"unschedulable": bool(unschedulable)}})
+    def set_unschedulable(self, node, unschedulable, mark=None):
+        """``mark``: None leaves the node's CORDON_MARK as it is, '' removes it, else sets it."""
+        body = {"spec": {"unschedulable": bool(unschedulable)}}
+        if mark is not None:
+            body["metadata"] = {"annotations": {CORDON_MARK: mark or None}}
+        self._call(self.api.core.patch_node, node, body)
 
     def evict(self, namespace, name):
         """"evicted", "gone" (404) or "blocked" (429: a PodDisruptionBudget refuses now)."""
@@ -130,10 +159,11 @@ def requests_for(api):
     return Requests(api)
 
 
-def drain(api, node, timeout, delete_emptydir_data=False, force=False, check_mode=False):
+def drain(api, node, timeout, delete_emptydir_data=False, force=False, check_mode=False, mark=""):
     """Drain ``node``: {"changed", "cordoned", "evicted", "skipped", "refused", "blocked", "done",
     "waiting", "api_requests"}. Refusals happen before anything changes; ``done`` is False when
-    the deadline passed with pods still there or evictions still refused."""
+    the deadline passed with pods still there or evictions still refused. ``mark``: what the
+    cordon is for, left on the node (CORDON_MARK) when this drain cordons it."""
     nodes = k8s_wait.by_name("nodes", "v1", "nodes", node)
     unschedulable = is_unschedulable(api.list(nodes, k8s_wait.LIST_READ_TIMEOUT)[0], node)
     pods_res = k8s_wait.resource(PODS, "v1", PODS, field_selector="spec.nodeName=" + node)
@@ -150,7 +180,10 @@ def drain(api, node, timeout, delete_emptydir_data=False, force=False, check_mod
         return result
     requests = requests_for(api)
     if not unschedulable:
-        requests.set_unschedulable(node, True)
+        if mark:
+            requests.set_unschedulable(node, True, mark)
+        else:
+            requests.set_unschedulable(node, True)
         result["cordoned"] = True
     evicted = {}
     pending = list(steps[EVICT])

@@ -45,6 +45,8 @@ _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 # config.yaml keys this module sets from typed variables; the extra map may not set them.
 TYPED_KEYS = ("server", "token-file", "node-name", "node-ip", "node-label", "node-taint", "tls-san", "cni",
               "system-default-registry", "profile", "agent-token-file", "selinux")
+# config.yaml keys that would move the files the role reads and writes (``d`` is data-dir's short flag).
+FIXED_PATH_KEYS = ("data-dir", "d")
 # config.yaml keys whose value is a secret (RKE2 v1.34.1's flags: the join tokens, the etcd S3 credentials, an
 # external datastore's DSN, which holds its password): never a plain value in a site file, never in a diff or a log.
 SECRET_CONFIG_KEYS = ("token", "agent-token", "etcd-s3-access-key", "etcd-s3-secret-key", "etcd-s3-session-token",
@@ -295,6 +297,10 @@ def build_config(role, node_name, join_address=None, token_file=None, node_ip=No
         if key in TYPED_KEYS or key == "token":
             raise ValueError("rke2_config_extra sets %r, which the role sets from its own variable: use that variable"
                              % key)
+        if str(key).rstrip("+") in FIXED_PATH_KEYS:
+            raise ValueError("rke2_config_extra sets %r: the role and its checks read RKE2's files under %s (the "
+                             "datastore, the tokens, the cluster CA, the image archives, the static pods), which "
+                             "another data-dir would move. Leave it out" % (key, DATA_DIR))
         # config.yaml.d's "key+" appends to key (k3s pkg/configfilearg): the same flag.
         if role == AGENT and str(key).rstrip("+") in SERVER_ONLY_KEYS:
             raise ValueError("rke2_config_extra sets %r, a server flag: rke2 agent %s has no --%s and skips it"
@@ -320,12 +326,39 @@ def waiting_for_cni_only(condition):
             and str(condition.get("message") or "").startswith(_NETWORK_NOT_READY))
 
 
-def node_state(node, kubelet_version=None, without_cni=False):
+# The condition RKE2's etcd member manager (k3s pkg/etcd/etcd.go, etcdStatusType) writes on each server's Node:
+# True (MemberNotLearner) for a voting member, False while a learner, unhealthy or not a member.
+ETCD_VOTER_CONDITION = "EtcdIsVoter"
+
+
+def etcd_voter_state(node):
+    """(voting, detail) of a server's Node: whether RKE2 reports it a healthy voting etcd member."""
+    found = [c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == ETCD_VOTER_CONDITION]
+    if not found:
+        return False, "no %s condition yet (RKE2's etcd member manager has not reported it)" % ETCD_VOTER_CONDITION
+    condition = found[0]
+    if condition.get("status") == "True":
+        return True, "a voting etcd member"
+    why = ": ".join(part for part in (condition.get("reason"), condition.get("message")) if part)
+    return False, "%s=%s%s" % (ETCD_VOTER_CONDITION, condition.get("status"), " (%s)" % why if why else "")
+
+
+def node_state(node, kubelet_version=None, without_cni=False, etcd_voter=False):
     """(ready, detail) of one Node object as the API returns it (a dict), or of None
     for a node that has not registered. With ``kubelet_version``, a node is ready only
     once its kubelet runs that version: after an upgrade the old kubelet can still
     report Ready. ``without_cni`` (``cni: none``): a node whose kubelet runs and lacks
-    only the network plugin counts, since no such node reports Ready=True."""
+    only the network plugin counts, since no such node reports Ready=True. ``etcd_voter``:
+    a server counts only as a healthy voting etcd member too (the quorum gate of a server
+    restart)."""
+    ready, detail = _kubelet_state(node, kubelet_version, without_cni)
+    if not ready or not etcd_voter:
+        return ready, detail
+    voting, why = etcd_voter_state(node)
+    return voting, "%s and %s" % (detail, why) if voting else "%s, but %s" % (detail, why)
+
+
+def _kubelet_state(node, kubelet_version, without_cni):
     if node is None:
         return False, "not registered"
     status = node.get("status") or {}
@@ -346,15 +379,15 @@ def node_state(node, kubelet_version=None, without_cni=False):
     return True, "Ready (kubelet %s)" % version
 
 
-def nodes_ready(nodes, names, kubelet_version=None, without_cni=False):
+def nodes_ready(nodes, names, kubelet_version=None, without_cni=False, etcd_voter=False):
     """(all ready, {name: {"ready": bool, "state": detail}}) for ``names`` among
     ``nodes`` (Node dicts, read by k8s_objects: a node the wait cannot read is refused as
     ``nodes[3] gpu-1: status.conditions is a mapping, expected a list``); ``without_cni``
-    as in node_state."""
+    and ``etcd_voter`` as in node_state."""
     by_name = dict((n["metadata"]["name"], n) for n in ko.read_all("Node", nodes, "nodes"))
     states = {}
     for name in names:
-        ready, detail = node_state(by_name.get(name), kubelet_version, without_cni)
+        ready, detail = node_state(by_name.get(name), kubelet_version, without_cni, etcd_voter)
         states[name] = {"ready": ready, "state": detail}
     return all(s["ready"] for s in states.values()), states
 
@@ -431,21 +464,27 @@ def join_token(role, server_token="", agent_token="", given_token="", given_agen
     return (server_token or given_token).strip()
 
 
-def join_plan(host, servers, holds_data, token_given=False, check_mode=False):
+def join_plan(host, servers, holds_data, token_given=False, check_mode=False, running=None):
     """How ``host`` takes part in the cluster, from which servers hold a datastore.
 
     ``servers`` is rke2_servers in inventory order; ``holds_data`` is {server: True, False, or
     None when it could not be asked}. The first server of the list starts the cluster when no
     server holds one; every other node joins through a server that runs it (the first such
     server in list order other than itself), so a rebuilt or lost first server is not a single
-    point of failure, and a second cluster is never started. Returns {"starts_cluster",
-    "join_server", "token_source", "error"}: ``token_source`` is the server whose token files
-    hold the cluster's tokens ('' while there is none)."""
+    point of failure, and a second cluster is never started. ``running`` ({server: whether
+    rke2-server is active there}, None: not asked): a server that holds a datastore but does not
+    run serves no join, so those that run come first; the datastore alone still says that a
+    cluster exists. Returns {"starts_cluster", "join_server", "token_source", "error"}:
+    ``token_source`` is the server whose token files hold the cluster's tokens ('' while there
+    is none)."""
     if not servers:
         raise ValueError("the inventory has no hosts in rke2_servers")
     first = servers[0]
     holders = [s for s in servers if holds_data.get(s) is True]
     unknown = [s for s in servers if holds_data.get(s) is None]
+    if running is not None:
+        # sorted() is stable: list order among those that run, then among those that do not.
+        holders = sorted(holders, key=lambda s: running.get(s) is not True)
     others = [s for s in holders if s != host]
     plan = {"starts_cluster": host == first, "join_server": "", "token_source": "", "error": ""}
     if host == first:

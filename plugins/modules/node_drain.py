@@ -17,9 +17,9 @@ description:
   - Static (mirror) pods and DaemonSet pods stay, as with C(kubectl drain --ignore-daemonsets). A pod no controller owns
     is refused unless O(force), a pod with emptyDir data unless O(delete_emptydir_data); such refusals name each pod
     and come before anything changes.
-  - With O(state=uncordoned), makes the node schedulable again.
+  - With O(state=uncordoned), makes the node schedulable again (with O(mark), only a node a drain of ours cordoned).
   - The rke2 role drains a node before it restarts RKE2 on a new release when C(rke2_drain_on_upgrade) is set, and
-    uncordons it once it is Ready on that release.
+    uncordons it once it is Ready on that release; on every run it lets go of a node an earlier run cordoned.
 author:
   - gpuplatform.rke2 maintainers (@gpuplatform)
 options:
@@ -44,6 +44,15 @@ options:
     description: Delete pods no controller owns, which nothing recreates.
     type: bool
     default: false
+  mark:
+    description:
+      - What the cordon is for. With O(state=drained), a node this run cordons carries it in the annotation
+        C(gpuplatform.rke2/cordoned-for); a node already cordoned is left as it is.
+      - With O(state=uncordoned), only a node that carries this mark is uncordoned, and the mark removed, so a
+        later run (also one after a failed drain) lets go of exactly the nodes a drain of ours cordoned, and a node
+        someone else cordoned stays cordoned. Empty, any cordoned node is uncordoned.
+    type: str
+    default: ""
 extends_documentation_fragment:
   - gpuplatform.rke2.k8s_connection
   - ansible.builtin.action_common_attributes
@@ -113,12 +122,15 @@ def check_params(params):
     return None
 
 
-def uncordon(api, name, check_mode):
+def uncordon(api, name, mark, check_mode):
     nodes, _rv = api.list(k8s_wait.by_name("nodes", "v1", "nodes", name), k8s_wait.LIST_READ_TIMEOUT)
-    unschedulable = node_drain.is_unschedulable(nodes, name)
-    if unschedulable and not check_mode:
-        node_drain.requests_for(api).set_unschedulable(name, False)
-    return {"changed": unschedulable, "cordoned": False, "evicted": [], "skipped": {}, "refused": {},
+    schedule, clear = node_drain.uncordon_plan(nodes, name, mark)
+    if (schedule or clear) and not check_mode:
+        if clear:
+            node_drain.requests_for(api).set_unschedulable(name, False, "")
+        else:
+            node_drain.requests_for(api).set_unschedulable(name, False)
+    return {"changed": schedule or clear, "cordoned": False, "evicted": [], "skipped": {}, "refused": {},
             "done": True, "api_requests": {"list": 1, "watch": 0, "total": 1}}
 
 
@@ -130,15 +142,16 @@ def main():
         timeout=dict(type="int", default=600),
         delete_emptydir_data=dict(type="bool", default=False),
         force=dict(type="bool", default=False),
+        mark=dict(type="str", default=""),
     )
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
     params = module.params
 
     def action(api):
         if params["state"] == "uncordoned":
-            return uncordon(api, params["name"], module.check_mode)
+            return uncordon(api, params["name"], params["mark"], module.check_mode)
         return node_drain.drain(api, params["name"], params["timeout"], params["delete_emptydir_data"],
-                                params["force"], module.check_mode)
+                                params["force"], module.check_mode, params["mark"])
 
     api, result = k8s_wait.run_checked(module, check_params, action, "draining node %s" % params["name"])
     report = dict((k, result[k]) for k in ("changed", "cordoned", "evicted", "skipped", "refused", "api_requests"))

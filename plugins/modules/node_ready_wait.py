@@ -40,6 +40,13 @@ options:
         counts as not ready.
     type: bool
     default: false
+  etcd_voter:
+    description:
+      - The nodes are RKE2 servers, and each counts only once RKE2 also reports it a healthy voting etcd member (its
+        C(EtcdIsVoter=True) condition, which RKE2's etcd member manager writes; C(False) while a learner, unhealthy or
+        not a member). The rke2 role's quorum gate before and after a server restart.
+    type: bool
+    default: false
   timeout:
     description:
       - Seconds to wait in all.
@@ -87,7 +94,7 @@ from ansible_collections.gpuplatform.rke2.plugins.module_utils.rke2 import check
 NODES = "nodes"
 
 
-def wait(api, names, kubelet_version, timeout, without_cni=False):
+def wait(api, names, kubelet_version, timeout, without_cni=False, etcd_voter=False):
     """Watch the nodes until ready or the deadline: (done, nodes_ready's states, WaitResult)."""
     if len(names) == 1:
         resources = [k8s_wait.by_name(NODES, "v1", "nodes", names[0])]
@@ -95,7 +102,7 @@ def wait(api, names, kubelet_version, timeout, without_cni=False):
         resources = [k8s_wait.resource(NODES, "v1", "nodes")]
 
     def condition(cache):
-        return nodes_ready(k8s_wait.objects(cache, NODES), names, kubelet_version, without_cni)
+        return nodes_ready(k8s_wait.objects(cache, NODES), names, kubelet_version, without_cni, etcd_voter)
 
     result = k8s_wait.Waiter(api, resources, timeout).wait(condition)
     return result.done, result.detail, result
@@ -121,6 +128,7 @@ def main():
         names=dict(type="list", elements="str", required=True),
         kubelet_version=dict(type="str"),
         without_cni=dict(type="bool", default=False),
+        etcd_voter=dict(type="bool", default=False),
         timeout=dict(type="int", default=600),
     )
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
@@ -128,7 +136,7 @@ def main():
     api, (done, details, result) = k8s_wait.run_checked(
         module, check_params,
         lambda api: wait(api, names, module.params["kubelet_version"], module.params["timeout"],
-                         module.params["without_cni"]),
+                         module.params["without_cni"], module.params["etcd_voter"]),
         "waiting for nodes %s" % ", ".join(names or []))
     report = dict(changed=False, nodes=details, elapsed=k8s_wait.elapsed(api), api_requests=result.api_requests)
     if not done:

@@ -57,10 +57,13 @@ class FakeRequests(object):
         self.lingers = set(lingers)
         self.calls = []
 
-    def set_unschedulable(self, name, unschedulable):
-        self.calls.append(("cordon" if unschedulable else "uncordon", name))
+    def set_unschedulable(self, name, unschedulable, mark=None):
+        self.calls.append(("cordon" if unschedulable else "uncordon", name) + (() if mark is None else (mark,)))
         obj = dict(self.cluster.world["nodes"][name])
         obj["spec"] = dict(obj.get("spec") or {}, unschedulable=unschedulable)
+        if mark is not None:
+            annotations = dict(obj["metadata"].get("annotations") or {}, **{nd.CORDON_MARK: mark})
+            obj["metadata"] = dict(obj["metadata"], annotations=dict((k, v) for k, v in annotations.items() if v))
         self.cluster.apply("nodes", "MODIFIED", obj)
 
     def evict(self, namespace, name):
@@ -156,6 +159,23 @@ def test_a_drained_node_drains_again_without_change_and_uncordons(drain):
     assert rc == 0 and result["changed"] and requests.calls == [("uncordon", "gpu-1")]
     rc, result = drain(cluster, requests, state="uncordoned")
     assert rc == 0 and not result["changed"]
+
+
+def test_a_marked_drain_is_undone_by_a_later_run_and_a_cordon_of_someone_else_stays(drain):
+    # The role's retry after a failed upgrade: the run that drained did not get to its uncordon.
+    cluster = FakeCluster(nodes=[node("gpu-1"), node("gpu-2", unschedulable=True)], pods=[pod("web")])
+    requests = FakeRequests(cluster)
+    rc, result = drain(cluster, requests, mark="rke2-upgrade")
+    assert rc == 0 and result["cordoned"] and requests.calls[0] == ("cordon", "gpu-1", "rke2-upgrade")
+    assert cluster.world["nodes"]["gpu-1"]["metadata"]["annotations"] == {nd.CORDON_MARK: "rke2-upgrade"}
+    rc, result = drain(cluster, requests, state="uncordoned", mark="rke2-upgrade")
+    assert rc == 0 and result["changed"] and requests.calls[-1] == ("uncordon", "gpu-1", "")
+    assert not cluster.world["nodes"]["gpu-1"]["metadata"].get("annotations")
+    rc, result = drain(cluster, requests, state="uncordoned", mark="rke2-upgrade")
+    assert rc == 0 and not result["changed"]
+    calls = list(requests.calls)
+    rc, result = drain(cluster, requests, name="gpu-2", state="uncordoned", mark="rke2-upgrade")
+    assert rc == 0 and not result["changed"] and requests.calls == calls
 
 
 def test_an_unknown_node_is_named(drain):

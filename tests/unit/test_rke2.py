@@ -97,6 +97,14 @@ def test_agent_refuses_server_only_extra_keys(key):
         rke2.build_config("agent", "gpu-1", join_address="192.0.2.11", extra={key: "x"})
 
 
+@pytest.mark.parametrize("role", ["server", "agent"])
+@pytest.mark.parametrize("key", ["data-dir", "d", "data-dir+"])
+def test_a_data_dir_that_would_move_the_roles_files_is_refused(role, key):
+    with pytest.raises(ValueError, match=r"rke2_config_extra sets '%s': the role and its checks read RKE2's files "
+                                         r"under /var/lib/rancher/rke2" % key.replace("+", r"\+")):
+        rke2.build_config(role, "cp-1", join_address="192.0.2.11", extra={key: "/data/rke2"})
+
+
 def test_agent_keeps_the_flags_it_has():
     config = rke2.build_config("agent", "gpu-1", join_address="192.0.2.11",
                                extra={"kubelet-arg": ["max-pods=250"], "node-external-ip": "198.51.100.7",
