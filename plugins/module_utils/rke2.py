@@ -195,7 +195,13 @@ def node_taint_args(taints, what="rke2_node_taints"):
         unknown = sorted(str(field) for field in set(taint) - set(("key", "value", "effect")))
         if unknown:
             raise ValueError("%s: unknown field %s (key, value, effect)" % (where, ", ".join(unknown)))
-        key, value, effect = str(taint["key"]), str(taint.get("value") or ""), taint.get("effect")
+        # A key YAML reads as true, or a value true/false/[...], would be written as "True" or "[...]" or dropped.
+        if not isinstance(taint["key"], str):
+            raise ValueError("%s: key %r must be a string" % (where, taint["key"]))
+        if isinstance(taint.get("value"), (bool, list, dict)):
+            raise ValueError("%s: value of %r must be a string (quote true/false/yes/no in YAML)"
+                             % (where, taint["key"]))
+        key, value, effect = taint["key"], str(taint.get("value") or ""), taint.get("effect")
         _check_qualified_name(key, where)
         _check_value(key, value, where)
         if effect not in TAINT_EFFECTS:
@@ -221,6 +227,19 @@ def cni_value(cni, what="rke2_cni"):
 
 
 # ---------------------------------------------------------------- config.yaml
+
+def system_default_registry_value(registry, what="rke2_system_default_registry"):
+    """The registry RKE2 pulls its system images from, as ``system-default-registry`` takes it: a
+    host[:port], without scheme or path; '' for none."""
+    if registry in (None, ""):
+        return ""
+    # A list or a number would reach the checks below as "/" in 7: say what is expected instead.
+    if not isinstance(registry, str):
+        raise ValueError("%s must be a registry host[:port] (a string), got %r" % (what, registry))
+    if "/" in registry or "://" in registry:
+        raise ValueError("%s %r must be a registry host[:port], without scheme or path" % (what, registry))
+    return registry
+
 
 def server_url(api_address):
     host = "[%s]" % api_address if ":" in api_address else api_address
@@ -268,9 +287,7 @@ def build_config(role, node_name, join_address=None, token_file=None, node_ip=No
             config["tls-san"] = sans
         config["cni"] = cni_value(cni if cni is not None else "canal")
     if system_default_registry:
-        if "/" in system_default_registry or "://" in system_default_registry:
-            raise ValueError("rke2_system_default_registry %r must be a registry host[:port], without scheme or path"
-                             % system_default_registry)
+        system_default_registry_value(system_default_registry)
         # Servers only: on an agent the flag is hidden, deprecated and ignored (pkg/cli/cmds/agent.go);
         # agents get the registry from the images the servers' charts name.
         if role == SERVER:

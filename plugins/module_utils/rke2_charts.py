@@ -34,17 +34,19 @@ def file_name(chart):
     return "%s/%s-config.yaml" % (MANIFESTS_DIR, chart)
 
 
-def chart_values(values, cni, canal_interface="", canal_mtu=0):
+def chart_values(values, cni, canal_interface="", canal_mtu=0, what="rke2_chart_values"):
     """{chart: its values} from ``rke2_chart_values`` and the typed canal settings: the
     interface flannel carries the overlay on (``flannel.iface``) and the MTU of the pods'
     veth interfaces (``calico.vethuMTU``), the keys RKE2's own RKE1 migration maps a
-    cluster's interface and MTU to."""
+    cluster's interface and MTU to. ``what``: how messages name the values (the site file's
+    check names its key, ``rke2.chart_values``)."""
     if not isinstance(values, dict):
-        raise ValueError("rke2_chart_values must be a mapping of chart name to its values")
+        raise ValueError("%s must be a mapping of chart name to its values" % what)
     cnis = [cni] if isinstance(cni, str) else list(cni or [])
     result = {}
-    for chart in sorted(values):
-        where = "rke2_chart_values.%s" % chart
+    # key=str: YAML reads an unquoted 7 as a number, and sorting a number with strings fails.
+    for chart in sorted(values, key=str):
+        where = "%s.%s" % (what, chart)
         if chart not in PACKAGED_CHARTS:
             raise ValueError("%s: RKE2 deploys no chart %r (its charts: %s)" % (where, chart, ", ".join(PACKAGED_CHARTS)))
         if not isinstance(values[chart], dict):
@@ -66,11 +68,11 @@ def chart_values(values, cni, canal_interface="", canal_mtu=0):
         for key, settings in canal.items():
             section = merged.get(key, {})
             if not isinstance(section, dict):
-                raise ValueError("rke2_chart_values.%s.%s must be a mapping" % (CANAL, key))
+                raise ValueError("%s.%s.%s must be a mapping" % (what, CANAL, key))
             for name, value in settings.items():
                 if name in section and section[name] != value:
-                    raise ValueError("rke2_chart_values.%s.%s.%s contradicts the typed canal setting (%r)"
-                                     % (CANAL, key, name, value))
+                    raise ValueError("%s.%s.%s.%s contradicts the typed canal setting (%r)"
+                                     % (what, CANAL, key, name, value))
             section = dict(section)
             section.update(settings)
             merged[key] = section

@@ -29,6 +29,7 @@ import re
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operator_values as ov
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2_charts
 
 SCHEMA_VERSION = 1
 SERVERS, AGENTS, GPU_NODES = "rke2_servers", "rke2_agents", "gpu_nodes"
@@ -62,6 +63,52 @@ _VAR_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _OS_TAG_RE = re.compile(r"^[a-z]+[0-9]+(\.[0-9]+)*$")
 _OS_EXAMPLES = "ubuntu22.04, ubuntu24.04, rhel9.6"
 _KERNEL_RE = re.compile(r"^[0-9][A-Za-z0-9._+-]*$")
+# The gpu_operator role's settings that make site/render hands to gpu_operator_chart as the site file gives
+# them (roles/gpu_operator/tasks/validate.yml), with the shape that module's argument spec takes: a value of
+# another shape is refused here by its key, instead of by the module in terms of its own options (or, for a
+# mapping given as a number, by a traceback inside Ansible's argument spec). A type, a tuple of the allowed
+# values, [type] for a list of them, or {key: shape} for a mapping of those keys. The other keys pass through
+# as gpu_operator_<key>, which the role checks (``version`` is checked by _operator_version).
+_STRING_LIST = [str]
+_OPERATOR_SHAPES = {
+    "name": str, "namespace": str, "chart_repo": str, "chart_archive": str, "image_registry": str,
+    "argocd_namespace": str, "argocd_project": str,
+    "failure_policy": ov.FAILURE_POLICIES,
+    "mig_strategy": ov.ENUMERATED_VALUES["mig.strategy"],
+    "driver_enabled": bool, "driver_use_precompiled": bool, "toolkit_enabled": bool, "cdi_enabled": bool,
+    "nri_plugin_enabled": bool,
+    "driver_os_tags": _STRING_LIST, "driver_kernels": _STRING_LIST,
+    # Chart values, deep-merged last: gpu_operator_chart checks them against the chart's own, by their key there.
+    "extra_values": dict,
+    "sandbox_workloads": {"enabled": bool, "default_workload": om.WORKLOAD_CONFIGS, "mode": om.SANDBOX_MODES},
+    "vgpu_manager": {"repository": str, "image": str, "version": str},
+    "time_slicing": {"replicas": int, "rename_by_default": bool, "fail_requests_greater_than_one": bool,
+                     "resource": str},
+}
+# gpu_operator_chart's argument spec requires it once time_slicing is given.
+_OPERATOR_REQUIRED = {"time_slicing": ("replicas",)}
+# gpu_operator_chart takes null for these (the chart line's default, none); the role hands a null given for
+# another on as a value its argument spec refuses.
+_OPERATOR_NULLABLE = ("cdi_enabled", "vgpu_manager", "time_slicing", "chart_archive", "image_registry")
+_SHAPE_NAMES = {str: "a string", bool: "true or false", int: "a whole number", dict: "a mapping"}
+
+
+def _shape_name(shape):
+    """What a value of ``shape`` is, for messages: "a mapping of enabled, mode", "one of abort, reinstall"."""
+    if isinstance(shape, dict):
+        return "a mapping of %s" % ", ".join(sorted(shape))
+    if isinstance(shape, list):
+        return "a list of strings"
+    if isinstance(shape, tuple):
+        return "one of %s" % ", ".join(shape)
+    return _SHAPE_NAMES[shape]
+
+
+# A registry's entries in RKE2's registries.yaml (docs.rke2.io/install/private_registry), shapes as above.
+_REGISTRY_MIRROR = {"endpoint": _STRING_LIST, "rewrite": dict}
+_REGISTRY_CONFIG = {"auth": {"username": str, "password": str, "auth": str, "identity_token": str},
+                    "tls": {"cert_file": str, "key_file": str, "ca_file": str, "insecure_skip_verify": bool}}
+
 # Registry credentials in a site file (which is committed) must be references, never the value.
 _SECRET_AUTH_KEYS = ("password", "auth", "identity_token")
 _REFERENCE_RE = re.compile(r"^\s*\{\{.*\}\}\s*$", re.S)
@@ -102,6 +149,34 @@ class _Checker(object):
             return []
         return value
 
+    def string(self, value, where, what="a string"):
+        """``value`` is a string when given: YAML reads a bare no, 0 or 1.5 as another type, which a check of
+        the text would take for "not given" or print as something else. False when it is not."""
+        if value is None or isinstance(value, str):
+            return True
+        self.fail(where, "must be %s, got %r" % (what, value))
+        return False
+
+    def shape(self, value, where, shape, required=(), null_given=True):
+        """``value`` has ``shape`` (see _OPERATOR_SHAPES). ``null_given``: a null inside stands for "not given"
+        (registries.yaml); else a null is refused too, as the gpu_operator role hands it on as a value."""
+        if value is None:
+            self.fail(where, "must be %s, got null (leave the key out for the default)" % _shape_name(shape))
+        elif isinstance(shape, dict) and not isinstance(value, dict):
+            self.fail(where, "must be %s, got %r" % (_shape_name(shape), value))
+        elif isinstance(shape, dict):
+            for key, item in sorted(self.mapping(value, where, sorted(shape), required).items(), key=str):
+                if key in shape and (item is not None or not null_given):
+                    self.shape(item, "%s.%s" % (where, key), shape[key], null_given=null_given)
+        elif isinstance(shape, list):
+            self.string_list(value, where)
+        elif isinstance(shape, tuple):
+            if isinstance(value, (list, dict)) or value not in shape:
+                self.fail(where, "%r is not one of %s" % (value, ", ".join(shape)))
+        # bool is an int to Python, not to a site file.
+        elif not isinstance(value, shape) or (shape is int and isinstance(value, bool)):
+            self.fail(where, "must be %s, got %r" % (_shape_name(shape), value))
+
     def ip(self, value, where):
         try:
             return ipaddress.ip_address(str(value))
@@ -121,11 +196,13 @@ class _Checker(object):
 
 def _network(check, site):
     net = check.mapping(site.get("network"), "network", _NETWORK_KEYS, ("cidr", "gateway", "dns_servers"))
+    for key in ("cidr", "gateway", "interface"):
+        if not check.string(net.get(key), "network." + key):
+            net = dict(net, **{key: None})  # refused: the checks below take it as not given
     cidr = None
-    # Any value but an empty one is parsed: a 0 or false passes the required check.
-    if net.get("cidr") not in (None, ""):
+    if net.get("cidr"):
         try:
-            cidr = ipaddress.ip_network(str(net["cidr"]), strict=True)
+            cidr = ipaddress.ip_network(net["cidr"], strict=True)
         except ValueError as exc:
             check.fail("network.cidr", str(exc))
     gateway = check.ip(net["gateway"], "network.gateway") if net.get("gateway") else None
@@ -134,6 +211,8 @@ def _network(check, site):
     for index, server in enumerate(check.string_list(net.get("dns_servers"), "network.dns_servers")):
         check.ip(server, "network.dns_servers[%d]" % index)
     check.string_list(net.get("dns_search"), "network.dns_search")
+    if net.get("interface") and not _INTERFACE_RE.match(net["interface"]):
+        check.fail("network.interface", "%r is not an interface name" % net["interface"])
     if net.get("backend") not in (None,) + NETWORK_BACKENDS:
         check.fail("network.backend", "%r is not one of %s" % (net["backend"], ", ".join(NETWORK_BACKENDS)))
     return net, cidr, gateway
@@ -184,8 +263,9 @@ def _gpu(check, gpu, where, models):
         pci = None  # the model's is not a string: refused under gpu_models
     if config == om.VM_PASSTHROUGH:
         if not pci:
-            check.fail(where + ".pci_device_name", "is required for vm-passthrough, here or in the model's gpu_models "
-                       "entry (it names the resource, for example 'GA102GL [A10]' -> nvidia.com/GA102GL_A10)")
+            check.fail(where + ".pci_device_name", "is required for vm-passthrough, here or in the gpu_models entry of "
+                       "%s.model (it names the resource, for example 'GA102GL [A10]' -> nvidia.com/GA102GL_A10)"
+                       % where)
         elif om.resource_workload_config(om.passthrough_resource_name(pci)) != om.VM_PASSTHROUGH:
             check.fail(where + ".pci_device_name", "%r does not name a passthrough device" % pci)
     profile = gpu.get("vgpu_config")
@@ -217,6 +297,10 @@ def _hosts(check, site, cidr, gateway, models):
         host = check.mapping(host, where, _HOST_KEYS, ("name", "role", "address"))
         if not host:
             continue
+        # A name: false or address: 0 passes the required check and would render as a host "False".
+        for key in ("name", "node_name", "address", "ansible_host", "interface", "os", "kernel"):
+            if not check.string(host.get(key), "%s.%s" % (where, key)):
+                host = dict(host, **{key: None})  # refused: the checks below take it as not given
         name = host.get("name")
         if name:
             check.guarded(where + ".name", rke2.check_node_name, name, "host name")
@@ -240,20 +324,23 @@ def _hosts(check, site, cidr, gateway, models):
                 check.fail(where + "." + key, "%s is also %s's" % (value, seen[key][value]))
             else:
                 seen[key][value] = where
-        if host.get("interface") and not _INTERFACE_RE.match(str(host["interface"])):
+        if host.get("interface") and not _INTERFACE_RE.match(host["interface"]):
             check.fail(where + ".interface", "%r is not an interface name" % host["interface"])
         if host.get("backend") not in (None,) + NETWORK_BACKENDS:
             check.fail(where + ".backend", "%r is not one of %s" % (host["backend"], ", ".join(NETWORK_BACKENDS)))
         if host.get("arch") is not None and host["arch"] not in ARCHITECTURES:
             check.fail(where + ".arch", "%r is not one of %s (as kubernetes.io/arch names it: aarch64 is arm64, "
                        "x86_64 is amd64)" % (host["arch"], ", ".join(ARCHITECTURES)))
-        if host.get("os") is not None and not _OS_TAG_RE.match(str(host["os"])):
+        if host.get("os") is not None and not _OS_TAG_RE.match(host["os"]):
             check.fail(where + ".os", "%r is not an OS as the driver images tag it (%s)" % (host["os"], _OS_EXAMPLES))
-        if host.get("kernel") is not None and not _KERNEL_RE.match(str(host["kernel"])):
+        if host.get("kernel") is not None and not _KERNEL_RE.match(host["kernel"]):
             check.fail(where + ".kernel", "%r is not a kernel release as uname -r prints it (6.8.0-60-generic)"
                        % (host["kernel"],))
-        check.guarded(where + ".labels", rke2.node_label_args, host.get("labels") or {}, where + ".labels")
-        check.guarded(where + ".taints", rke2.node_taint_args, host.get("taints") or [], where + ".taints")
+        # Only null stands for none: labels: false or taints: {} is a value of another type.
+        if host.get("labels") is not None:
+            check.guarded(where + ".labels", rke2.node_label_args, host["labels"], where + ".labels")
+        if host.get("taints") is not None:
+            check.guarded(where + ".taints", rke2.node_taint_args, host["taints"], where + ".taints")
         if host.get("gpu") is not None:
             _gpu(check, host["gpu"], where + ".gpu", models)
         result.append(host)
@@ -270,18 +357,31 @@ def _rke2(check, site, cidr=None):
         if vip and cidr and vip not in cidr:
             check.fail("rke2.api_vip", "%s is outside network.cidr %s: kube-vip announces it on the nodes' own "
                                        "subnet" % (vip, cidr))
-    if conf.get("version"):
+    # Any value but null: version: false passes the required check, and is no version.
+    if conf.get("version") is not None:
         check.guarded("rke2.version", rke2.parse_version, conf["version"], "rke2.version")
-    if conf.get("cni") is not None:
-        check.guarded("rke2.cni", rke2.cni_value, conf["cni"], "rke2.cni")
+    check.string(conf.get("api_address"), "rke2.api_address", "a host name or IP address")
+    cni_ok = conf.get("cni") is None or check.guarded("rke2.cni", rke2.cni_value, conf["cni"], "rke2.cni")
     check.string_list(conf.get("tls_san"), "rke2.tls_san")
+    check.guarded("rke2.system_default_registry", rke2.system_default_registry_value,
+                  conf.get("system_default_registry"), "rke2.system_default_registry")
+    profile = conf.get("profile")
+    if profile not in (None, "") and (isinstance(profile, (list, dict)) or profile not in rke2.PROFILES):
+        check.fail("rke2.profile", "%r is not one of %s (or empty for none)" % (profile, ", ".join(rke2.PROFILES)))
     for key in ("registries", "config_extra", "chart_values"):
         if conf.get(key) is not None and not isinstance(conf[key], dict):
             check.fail("rke2." + key, "must be a mapping")
+    if isinstance(conf.get("registries"), dict):
+        _registries(check, conf["registries"])
+    if isinstance(conf.get("chart_values"), dict) and cni_ok:
+        # The charts RKE2 deploys, and only those of its CNI: the rke2 role's HelmChartConfigs refuse others.
+        check.guarded("rke2.chart_values", rke2_charts.chart_values, conf["chart_values"], conf.get("cni") or "canal",
+                      "", 0, "rke2.chart_values")
     if conf.get("artifacts") is not None:
         artifacts = check.mapping(conf["artifacts"], "rke2.artifacts", _ARTIFACT_KEYS, ("source",))
         source = artifacts.get("source")
-        if source and source not in ARTIFACT_SOURCES:
+        check.string(artifacts.get("dir"), "rke2.artifacts.dir", "a path")
+        if source is not None and (isinstance(source, (list, dict)) or source not in ARTIFACT_SOURCES):
             check.fail("rke2.artifacts.source", "%r is not one of %s" % (source, ", ".join(ARTIFACT_SOURCES)))
         if source == "local" and not artifacts.get("dir"):
             check.fail("rke2.artifacts.dir", "is required when source is local")
@@ -294,7 +394,8 @@ def _rke2(check, site, cidr=None):
                        "to a vaulted variable instead, for example '{{ vault_%s }}'" % str(key).rstrip("+").replace(
                            "-", "_"))
     configs = (conf.get("registries") or {}).get("configs") if isinstance(conf.get("registries"), dict) else None
-    for registry, settings in sorted((configs or {}).items()) if isinstance(configs, dict) else ():
+    # key=str: a registry name YAML reads as a number (refused by _registries) sorts with no string.
+    for registry, settings in sorted(configs.items(), key=lambda i: str(i[0])) if isinstance(configs, dict) else ():
         auth = settings.get("auth") if isinstance(settings, dict) else None
         for key in _SECRET_AUTH_KEYS:
             value = (auth or {}).get(key) if isinstance(auth, dict) else None
@@ -305,19 +406,46 @@ def _rke2(check, site, cidr=None):
     return conf
 
 
+def _registries(check, registries):
+    """rke2.registries as RKE2's registries.yaml reads it (docs.rke2.io/install/private_registry):
+    ``mirrors`` and ``configs``, each a mapping of registry name to its settings; the rke2 role and its
+    kube-vip check read them so."""
+    registries = check.mapping(registries, "rke2.registries", ("mirrors", "configs"))
+    for section, shape in (("mirrors", _REGISTRY_MIRROR), ("configs", _REGISTRY_CONFIG)):
+        where, entries = "rke2.registries." + section, registries.get(section)
+        if entries is not None and not isinstance(entries, dict):
+            check.fail(where, "must be a mapping of registry name to its settings, got %r" % (entries,))
+            continue
+        # key=str: a registry name YAML reads as a number sorts with no string.
+        for registry, settings in sorted((entries or {}).items(), key=lambda item: str(item[0])):
+            if settings is not None:  # a registry named with nothing under it takes the defaults
+                check.shape(settings, '%s."%s"' % (where, registry), shape)
+
+
+def _operator_settings(check, operator):
+    """The gpu_operator settings gpu_operator_chart takes, each of the shape its argument spec wants."""
+    for key in sorted(set(operator) & set(_OPERATOR_SHAPES)):
+        if operator[key] is not None or key not in _OPERATOR_NULLABLE:
+            check.shape(operator[key], "gpu_operator.%s" % key, _OPERATOR_SHAPES[key], _OPERATOR_REQUIRED.get(key, ()),
+                        null_given=False)
+
+
 def _operator_version(check, operator):
     """The chart version, checked here so that a site file names its own key: ``gpu_operator.version``, or
     ``gpu_operator.chart_version`` (the role's older name for it); both given, they must agree."""
-    given = [(key, operator[key]) for key in ("version", "chart_version") if operator.get(key) is not None]
+    # A null too: the role would render the chart version "v".
+    given = [(key, operator[key]) for key in ("version", "chart_version") if key in operator]
+    for key, value in given:
+        if not isinstance(value, str):
+            check.fail("gpu_operator.%s" % key, "must be a chart version string like %s, got %r"
+                       % (ov.DEFAULT_CHART_VERSION, value))
+    if not all(isinstance(value, str) for _key, value in given):
+        return
     if len(given) == 2 and ov.canonical_version(given[0][1]) != ov.canonical_version(given[1][1]):
         check.fail("gpu_operator.version", "%r and gpu_operator.chart_version %r disagree: give one (version)"
                    % (given[0][1], given[1][1]))
         return
     for key, value in given[:1]:
-        if not isinstance(value, str):
-            check.fail("gpu_operator.%s" % key, "must be a chart version string like %s, got %r"
-                       % (ov.DEFAULT_CHART_VERSION, value))
-            continue
         for problem in ov.version_problems(value, "gpu_operator.%s" % key):
             key_name, _sep, message = problem.partition(": ")
             check.fail(key_name, message)
@@ -330,10 +458,14 @@ def validate(site, source="site file"):
     check.mapping(site, "", _TOP_KEYS, ("site", "network", "rke2", "nodes"))
     if not isinstance(site, dict):
         raise SiteError(source, check.problems)
-    if site.get("schema", SCHEMA_VERSION) != SCHEMA_VERSION:
+    # true and 1.0 equal 1 to Python, not to a site file.
+    schema = site.get("schema", SCHEMA_VERSION)
+    if isinstance(schema, bool) or not isinstance(schema, int) or schema != SCHEMA_VERSION:
         check.fail("schema", "version %r is not supported (this collection reads %d)" % (site["schema"], SCHEMA_VERSION))
-    if site.get("site") and not _SITE_NAME_RE.match(str(site["site"])):
-        check.fail("site", "%r must be a lower-case DNS label (it names the kubeconfig context)" % site["site"])
+    # Any value but null: site: false passes the required check, and site: 7 would name the context 7.
+    if site.get("site") is not None and not (isinstance(site["site"], str) and _SITE_NAME_RE.match(site["site"])):
+        check.fail("site", "%r must be a lower-case DNS label (it names the kubeconfig context)" % (site["site"],))
+    check.string(site.get("description"), "description")
     _net, cidr, gateway = _network(check, site)
     models = _gpu_models(check, site)
     hosts = _hosts(check, site, cidr, gateway, models)
@@ -345,8 +477,13 @@ def validate(site, source="site file"):
     for key in (operator if isinstance(operator, dict) else {}):
         if not _VAR_NAME_RE.match(str(key)):
             check.fail("gpu_operator.%s" % key, "is not a variable name (it becomes gpu_operator_%s)" % key)
+    _operator_settings(check, operator if isinstance(operator, dict) else {})
     _operator_version(check, operator if isinstance(operator, dict) else {})
-    check.mapping(site.get("ansible") or {}, "ansible", _ANSIBLE_KEYS)
+    if site.get("ansible") is not None:
+        ansible = check.mapping(site["ansible"], "ansible", _ANSIBLE_KEYS)
+        for key, shape in (("user", str), ("become", bool), ("python_interpreter", str)):
+            if ansible.get(key) is not None:
+                check.shape(ansible[key], "ansible." + key, shape)
     if check.problems:
         raise SiteError(source, check.problems)
     warnings = []
