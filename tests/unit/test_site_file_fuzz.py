@@ -309,8 +309,9 @@ def _filter_once(name, function, *args, **kwargs):
         # A filter turns a TypeError (or KeyError) from deep inside into a message too ("argument of type 'int'
         # is not iterable"): that is a traceback all the same, reported where it was raised.
         cause = exc.__cause__ or exc.__context__
-        if cause is not None and not isinstance(cause, ValueError):
-            raise cause
+        if isinstance(cause, Exception) and not isinstance(cause, ValueError):
+            # pylint infers the class of __cause__, not the instance the isinstance above checked.
+            raise cause  # pylint: disable=raising-non-exception
         raise Refused(name, str(exc))
 
 
