@@ -390,8 +390,8 @@ def test_the_node_wait_module_fails_with_the_refusal_as_msg(monkeypatch, capsys)
     cache = copy.deepcopy(READY_NODES)
     cache["nodes"]["cp-1"]["status"]["nodeInfo"] = {"kubeletVersion": 134}
 
-    def wait(_api, names, kubelet_version, _timeout, without_cni=False):
-        return rke2.nodes_ready(k8s_wait.objects(cache, "nodes"), names, kubelet_version, without_cni)
+    def wait(_api, names, kubelet_version, _timeout, without_cni=False, etcd_voter=False):
+        return rke2.nodes_ready(k8s_wait.objects(cache, "nodes"), names, kubelet_version, without_cni, etcd_voter)
 
     monkeypatch.setattr(node_ready_wait, "wait", wait)
     monkeypatch.setattr(k8s_wait, "connect", lambda params: type("Api", (), {"clock": k8s_wait.Clock()})())
