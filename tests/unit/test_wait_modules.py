@@ -444,13 +444,18 @@ def test_cuda_sample_requests_per_fleet_do_not_grow_but_for_the_creates_and_logs
     # 40 nodes: one list of the nodes, one of the namespace's pods (earlier runs' pods holding the names), a create,
     # a log read and a delete per pod (as it ends), a list and a watch of the run's pods and the list that confirms
     # they ended; no read per pod, and no delete of the run's pods by label when every pod's delete went through.
+    # The watch: one, and one more when the reaper's deletes land before the list that confirms the end (the
+    # engine's _confirm finds the list ahead of the watched cache and watches on from it; a real API server's
+    # DELETED events race that list the same way). Seen once in 12 runs beside a CPU hog; it does not grow with the
+    # fleet either way, as the lab's scale test allows one more watch per kind.
     cluster, names = fleet_sample_cluster(40)
     rc, result, _connects = run(cuda_sample, cluster, per_node=True, concurrency=4)
     assert rc == 0 and all(p["passed"] for p in result["pods"]) and len(result["pods"]) == 40
     verbs = {}
     for call in cluster.calls:
         verbs[call[0]] = verbs.get(call[0], 0) + 1
-    assert verbs == {"list": 4, "create": 40, "watch": 1, "log": 40, "delete": 40}
+    assert verbs.pop("watch") in (1, 2), cluster.calls
+    assert verbs == {"list": 4, "create": 40, "log": 40, "delete": 40}
     # Each pod's log is read before its delete.
     for name in names:
         pod = "cuda-vectoradd-" + name
