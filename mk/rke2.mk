@@ -22,7 +22,10 @@ rke2/agent/install: venv ## step 3: install or upgrade SITE's RKE2 agents, one a
 rke2/kubeconfig: venv ## step 4: merge SITE's cluster into the operator's kubeconfig (context SITE)
 	$(PLAYBOOK) playbooks/kubeconfig.yml $(RKE2_ARGS)
 
-.PHONY: rke2/uninstall rke2/node/remove
+.PHONY: rke2/uninstall rke2/node/remove rke2/certificates/rotate
+rke2/certificates/rotate: venv ## renew SITE's RKE2 certificates now: servers one at a time behind the quorum gate, then agents
+	$(PLAYBOOK) playbooks/rke2_certificates_rotate.yml $(RKE2_ARGS)
+
 rke2/node/remove: venv ## take one node out of SITE's cluster for good (quorum gate, drain, Node, etcd member, node-password secret, uninstall): NODE=host CONFIRM=SITE
 	$(PLAYBOOK) playbooks/rke2_remove_node.yml -e rke2_remove_node='$(NODE)' -e rke2_uninstall_confirm='$(CONFIRM)' $(RKE2_ARGS)
 

@@ -7,8 +7,8 @@ and which token it joins with, which cluster a node belongs to (a new cluster ov
 one's nodes, or a node of another cluster, refused), the host's release architecture and the
 air-gap folder's checks, the service's restart (refused while a server is unknown) and start
 failure, kube-vip's static pod for a fixed API address, the agents' version skew, an RPM
-install the tarball must not be unpacked over, and the HelmChartConfigs of the charts RKE2
-deploys. Documentation in the sidecar files of the same names (rke2_config.yml, ...)."""
+install the tarball must not be unpacked over, the HelmChartConfigs of the charts RKE2
+deploys, and day 2: the etcd snapshot before a server upgrade and the certificates' state. Documentation in the sidecar files of the same names (rke2_config.yml, ...)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -21,6 +21,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2_api_vip
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2_charts
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2_day2
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2_install
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2_membership as membership
 
@@ -92,6 +93,22 @@ def rke2_removal_plan(host, servers=None, agents=None, servers_hostvars=None, no
     plan = membership.removal_plan(host, list(servers or []), list(agents or []), node_name or "")
     plan["quorum_nodes"] = _node_names(plan["quorum_nodes"], servers_hostvars)
     return plan
+
+
+def rke2_node_names(hosts, servers_hostvars=None):
+    return _node_names(list(hosts or []), servers_hostvars)
+
+
+def rke2_snapshot_name(version):
+    return _failing(rke2_day2.snapshot_name, version)
+
+
+def rke2_saved_snapshots(output):
+    return _failing(rke2_day2.saved_snapshots, output or "")
+
+
+def rke2_certificate_report(check_json, host="this host"):
+    return _failing(rke2_day2.certificate_report, check_json or "", host)
 
 
 def rke2_restart_refusal(host, reason, unknown_servers=None):
@@ -182,6 +199,10 @@ class FilterModule(object):
             "rke2_membership_error": rke2_membership_error,
             "rke2_restart_refusal": rke2_restart_refusal,
             "rke2_removal_plan": rke2_removal_plan,
+            "rke2_snapshot_name": rke2_snapshot_name,
+            "rke2_node_names": rke2_node_names,
+            "rke2_saved_snapshots": rke2_saved_snapshots,
+            "rke2_certificate_report": rke2_certificate_report,
             "rke2_release_arch": rke2_release_arch,
             "rke2_airgap_problems": rke2_airgap_problems,
             "rke2_archives_for_arch": rke2_archives_for_arch,
