@@ -99,6 +99,11 @@ def rke2_node_names(hosts, servers_hostvars=None):
     return _node_names(list(hosts or []), servers_hostvars)
 
 
+def rke2_network_change(new, current=None, member=False, host="this host", role="server"):
+    return membership.network_change_error(dict(new or {}), current if isinstance(current, dict) else {},
+                                           bool(member), host, role)
+
+
 def rke2_snapshot_name(version):
     return _failing(rke2_day2.snapshot_name, version)
 
@@ -142,9 +147,16 @@ def rke2_archives_for_arch(images, arch):
     return rke2.archives_for_arch(list(images or []), arch)
 
 
-def rke2_restart_reason(active, running_output="", installed_output="", changed=False):
+def rke2_restart_reason(active, running_output="", installed_output="", changed=False, files=None, pid_stat="",
+                        proc_stat=""):
+    # files: {path: mtime or None}; pid_stat, proc_stat: /proc/<MainPID>/stat and /proc/stat ('' when unread).
+    written = []
+    if files and pid_stat and proc_stat:
+        # A file that is not there has no mtime ('' from the role's stat).
+        times = dict((path, float(mtime) if mtime not in (None, "") else None) for path, mtime in dict(files).items())
+        written = rke2.written_after(times, _failing(rke2.process_start, pid_stat, proc_stat))
     return rke2.restart_reason(bool(active), rke2.version_in_output(running_output),
-                               rke2.version_in_output(installed_output), bool(changed))
+                               rke2.version_in_output(installed_output), bool(changed), written)
 
 
 def rke2_start_failure(journal, unit, action, rc, timeout):
@@ -200,6 +212,7 @@ class FilterModule(object):
             "rke2_restart_refusal": rke2_restart_refusal,
             "rke2_removal_plan": rke2_removal_plan,
             "rke2_snapshot_name": rke2_snapshot_name,
+            "rke2_network_change": rke2_network_change,
             "rke2_node_names": rke2_node_names,
             "rke2_saved_snapshots": rke2_saved_snapshots,
             "rke2_certificate_report": rke2_certificate_report,

@@ -555,11 +555,14 @@ def join_address(api_address, server_addresses, join_server):
 
 # ---------------------------------------------------------------- the service
 
-def restart_reason(active, running_version, installed_version, changed=False):
+def restart_reason(active, running_version, installed_version, changed=False, written_after_start=()):
     """Why a running unit must be restarted now, or ''. ``changed``: this run changed the release,
     config.yaml, a token or registries.yaml. ``running_version``: what the running process's
     binary reports; it differs from the installed one after a run that unpacked a release and
-    was interrupted before its restart (the notification is lost with the run)."""
+    was interrupted before its restart (the notification is lost with the run).
+    ``written_after_start``: the files the service reads at start that were written after the
+    running process started, which is what a run interrupted between writing them and the
+    restart leaves."""
     if not active:
         return ""
     if changed:
@@ -567,7 +570,30 @@ def restart_reason(active, running_version, installed_version, changed=False):
     if running_version and installed_version and running_version != installed_version:
         return ("the running rke2 is %s but %s is installed: an earlier run was interrupted before its restart"
                 % (running_version, installed_version))
+    if written_after_start:
+        return ("%s changed after the running rke2 started: an earlier run was interrupted before its restart"
+                % ", ".join(written_after_start))
     return ""
+
+
+# /proc's clock ticks are USER_HZ, 100 on every Linux ABI the role runs on (proc(5): sysconf(_SC_CLK_TCK)).
+_USER_HZ = 100
+
+
+def process_start(pid_stat, proc_stat):
+    """The time (seconds since the epoch) a process started, from its /proc/<pid>/stat (field 22, starttime, in
+    clock ticks since boot; the command name in parentheses may hold spaces) and /proc/stat's btime line."""
+    fields = str(pid_stat or "").rsplit(")", 1)[-1].split()
+    btime = [line.split()[1] for line in str(proc_stat or "").splitlines() if line.startswith("btime ")]
+    if len(fields) < 20 or not btime:
+        raise ValueError("cannot read a process start from /proc/<pid>/stat and /proc/stat")
+    return int(btime[0]) + int(fields[19]) / float(_USER_HZ)
+
+
+def written_after(files, started, slack=1.0):
+    """The paths of ``files`` ({path: mtime, None when absent}) written more than ``slack`` seconds after
+    ``started``, sorted."""
+    return sorted(path for path, mtime in files.items() if mtime is not None and mtime > started + slack)
 
 
 def start_failure(unit, action, rc, timeout, journal):

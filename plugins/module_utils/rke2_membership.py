@@ -155,3 +155,37 @@ def removal_plan(host, servers, agents, node_name):
         plan["error"] = ("rke2_remove_node=%s: no such host in rke2_servers or rke2_agents (%s)"
                          % (host, ", ".join(list(servers) + list(agents)) or "the inventory has none"))
     return plan
+
+
+# The cluster network a running cluster keeps, with RKE2's defaults (k3s pkg/cli/cmds/server.go; cni: RKE2's
+# pkg/cli/cmds/server.go). RKE2 moves no pod to another CNI or CIDR: a changed value on a running cluster strands
+# every pod and service address already given out, and etcd keeps the old ranges.
+CLUSTER_NETWORK_DEFAULTS = (("cni", ["canal"]), ("cluster-cidr", "10.42.0.0/16"), ("service-cidr", "10.43.0.0/16"),
+                            ("cluster-dns", "10.43.0.10"), ("cluster-domain", "cluster.local"))
+
+
+def _network_value(config, key, default):
+    value = config.get(key, config.get(key + "+", default))
+    if key == "cni":
+        value = [value] if isinstance(value, str) else list(value or default)
+        return [str(part).strip() for item in value for part in str(item).split(",") if str(part).strip()]
+    return str(value).strip() if value is not None else default
+
+
+def network_change_error(new, current, member, host="this host", role="server"):
+    """Why config.yaml may not change the cluster network of ``host`` now, or ''. ``new`` and ``current``: the
+    config.yaml this run writes and the one the node runs with; ``member``: the node belongs to the cluster (it
+    holds agent/server-ca.crt). Only servers carry these keys; a node that is not a member yet takes any value."""
+    if not member or role != rke2.SERVER or not isinstance(current, dict) or not current:
+        return ""
+    changed = []
+    for key, default in CLUSTER_NETWORK_DEFAULTS:
+        before, after = _network_value(current, key, default), _network_value(new, key, default)
+        if before != after:
+            changed.append("%s %s -> %s" % (key, ",".join(before) if key == "cni" else before,
+                                            ",".join(after) if key == "cni" else after))
+    if not changed:
+        return ""
+    return ("%s runs the cluster with another network than this run would write (%s): RKE2 moves no pod to another "
+            "CNI or address range, and etcd keeps the old ones. Set it back; a new network is a new cluster "
+            "(make rke2/uninstall, then install)" % (host, "; ".join(changed)))

@@ -60,3 +60,52 @@ def test_a_node_without_certificates_and_output_that_is_not_the_check_s():
 def test_node_names_of_hosts():
     assert rke2_filters.rke2_node_names(["cp-2", "cp-3"], {"cp-2": {"k8s_node_name": "tirosh-cp-2"}}) == [
         "tirosh-cp-2", "cp-3"]
+
+
+# ---------------------------------------------------------------- the network a running cluster keeps
+
+def test_a_running_server_keeps_its_cni_and_address_ranges():
+    current = {"cni": "canal", "node-name": "cp-1"}
+    error = rke2_filters.rke2_network_change({"cni": ["cilium"], "cluster-cidr": "10.244.0.0/16"}, current,
+                                             member=True, host="cp-1")
+    assert error.startswith("cp-1 runs the cluster with another network than this run would write (cni canal -> "
+                            "cilium; cluster-cidr 10.42.0.0/16 -> 10.244.0.0/16)")
+    # RKE2's defaults spelled out, multus as a list or a comma list, the same network.
+    assert rke2_filters.rke2_network_change({"cni": ["multus", "canal"], "cluster-cidr": "10.42.0.0/16"},
+                                            {"cni": "multus,canal"}, member=True) == ""
+
+
+def test_a_node_that_is_not_a_member_yet_or_an_agent_takes_any_network():
+    assert rke2_filters.rke2_network_change({"cni": ["cilium"]}, {"cni": "canal"}, member=False) == ""
+    assert rke2_filters.rke2_network_change({"cni": ["cilium"]}, {}, member=True) == ""
+    assert rke2_filters.rke2_network_change({"cluster-dns": "10.96.0.10"}, {}, member=True, role="agent") == ""
+
+
+# ---------------------------------------------------------------- a config change an interrupted run never applied
+
+# /proc/<pid>/stat of a process whose name holds a space and a parenthesis; starttime (field 22) 123456 ticks.
+PID_STAT = ("4242 (rke2 (server)) S 1 4242 4242 0 -1 4194560 100 0 0 0 50 20 0 0 20 0 12 0 123456 2000000 3000 "
+            "18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0")
+PROC_STAT = "cpu  1 2 3 4\nbtime 1765000000\nprocesses 9000\n"
+STARTED = 1765000000 + 1234.56
+
+
+def test_the_process_start_comes_from_proc():
+    from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2
+    assert rke2.process_start(PID_STAT, PROC_STAT) == STARTED
+    with pytest.raises(ValueError, match="cannot read a process start"):
+        rke2.process_start("4242 (rke2) S 1", PROC_STAT)
+
+
+def test_a_file_written_after_the_running_process_started_restarts_it():
+    files = {"/etc/rancher/rke2/config.yaml": STARTED + 60, "/etc/rancher/rke2/registries.yaml": STARTED - 3600,
+             "/etc/rancher/rke2/cluster-token": "", "/etc/rancher/rke2/agent-token": None}
+    reason = rke2_filters.rke2_restart_reason(True, "rke2 version v1.34.1+rke2r1", "rke2 version v1.34.1+rke2r1",
+                                              False, files=files, pid_stat=PID_STAT, proc_stat=PROC_STAT)
+    assert reason == ("/etc/rancher/rke2/config.yaml changed after the running rke2 started: an earlier run was "
+                      "interrupted before its restart")
+    # Written before the start (the restart that applied it happened), or not readable: no reason.
+    files["/etc/rancher/rke2/config.yaml"] = STARTED + 0.5
+    assert rke2_filters.rke2_restart_reason(True, "", "", False, files=files, pid_stat=PID_STAT,
+                                            proc_stat=PROC_STAT) == ""
+    assert rke2_filters.rke2_restart_reason(True, "", "", False, files={"/x": STARTED + 60}) == ""
