@@ -8,7 +8,9 @@ one's nodes, or a node of another cluster, refused), the host's release architec
 air-gap folder's checks, the service's restart (refused while a server is unknown) and start
 failure, kube-vip's static pod for a fixed API address, the agents' version skew, an RPM
 install the tarball must not be unpacked over, the HelmChartConfigs of the charts RKE2
-deploys, and day 2: the etcd snapshot before a server upgrade and the certificates' state. Documentation in the sidecar files of the same names (rke2_config.yml, ...)."""
+deploys, the config.yaml.d drop-ins that would override the role, the staged releases to prune, firewalld's
+trusted pod and service ranges, and day 2: the etcd snapshot before a server upgrade and the certificates'
+state. Documentation in the sidecar files of the same names (rke2_config.yml, ...)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -22,6 +24,7 @@ from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2_api_vip
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2_charts
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2_day2
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2_host
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2_install
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2_membership as membership
 
@@ -102,6 +105,18 @@ def rke2_node_names(hosts, servers_hostvars=None):
 def rke2_network_change(new, current=None, member=False, host="this host", role="server"):
     return membership.network_change_error(dict(new or {}), current if isinstance(current, dict) else {},
                                            bool(member), host, role)
+
+
+def rke2_trusted_sources(config):
+    return membership.trusted_sources(dict(config or {}))
+
+
+def rke2_dropin_conflicts(dropins, config=None, host="this host"):
+    return _failing(rke2_host.dropin_conflicts, dropins, dict(config or {}), host)
+
+
+def rke2_stale_stages(names, current, keep=1):
+    return _failing(rke2_host.stale_stages, list(names or []), current, keep)
 
 
 def rke2_snapshot_name(version):
@@ -211,6 +226,9 @@ class FilterModule(object):
             "rke2_membership_error": rke2_membership_error,
             "rke2_restart_refusal": rke2_restart_refusal,
             "rke2_removal_plan": rke2_removal_plan,
+            "rke2_trusted_sources": rke2_trusted_sources,
+            "rke2_dropin_conflicts": rke2_dropin_conflicts,
+            "rke2_stale_stages": rke2_stale_stages,
             "rke2_snapshot_name": rke2_snapshot_name,
             "rke2_network_change": rke2_network_change,
             "rke2_node_names": rke2_node_names,

@@ -189,3 +189,17 @@ def network_change_error(new, current, member, host="this host", role="server"):
     return ("%s runs the cluster with another network than this run would write (%s): RKE2 moves no pod to another "
             "CNI or address range, and etcd keeps the old ones. Set it back; a new network is a new cluster "
             "(make rke2/uninstall, then install)" % (host, "; ".join(changed)))
+
+
+def trusted_sources(config):
+    """The pod and service address ranges of the cluster ``config`` (a server's config.yaml: cluster-cidr and
+    service-cidr, RKE2's defaults where unset, each range of a dual-stack list), in that order: firewalld's trusted
+    zone must take them, or its default zone drops the traffic between pods and services of different nodes
+    (RKE2's and k3s's firewalld requirements)."""
+    sources = []
+    for key in ("cluster-cidr", "service-cidr"):
+        value = _network_value(config if isinstance(config, dict) else {}, key, dict(CLUSTER_NETWORK_DEFAULTS)[key])
+        for cidr in (part.strip() for part in value.split(",")):
+            if cidr and cidr not in sources:
+                sources.append(cidr)
+    return sources
