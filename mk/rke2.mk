@@ -22,12 +22,15 @@ rke2/agent/install: venv ## step 3: install or upgrade SITE's RKE2 agents, one a
 rke2/kubeconfig: venv ## step 4: merge SITE's cluster into the operator's kubeconfig (context SITE)
 	$(PLAYBOOK) playbooks/kubeconfig.yml $(RKE2_ARGS)
 
-.PHONY: rke2/uninstall rke2/node/remove rke2/certificates/rotate
+.PHONY: rke2/uninstall rke2/node/remove rke2/restore rke2/certificates/rotate
 rke2/certificates/rotate: venv ## renew SITE's RKE2 certificates now: servers one at a time behind the quorum gate, then agents
 	$(PLAYBOOK) playbooks/rke2_certificates_rotate.yml $(RKE2_ARGS)
 
 rke2/node/remove: venv ## take one node out of SITE's cluster for good (quorum gate, drain, Node, etcd member, node-password secret, uninstall): NODE=host CONFIRM=SITE
 	$(PLAYBOOK) playbooks/rke2_remove_node.yml -e rke2_remove_node='$(NODE)' -e rke2_uninstall_confirm='$(CONFIRM)' $(RKE2_ARGS)
+
+rke2/restore: venv ## put SITE's cluster back to an etcd snapshot (every server stopped, cluster-reset on the first, the others' db moved aside and rejoined one at a time, stale Nodes reported): SNAPSHOT=name CONFIRM=name
+	$(PLAYBOOK) playbooks/rke2_restore.yml -e rke2_restore_snapshot='$(SNAPSHOT)' -e rke2_confirm_restore='$(CONFIRM)' $(RKE2_ARGS)
 
 rke2/uninstall: venv ## uninstall RKE2 from SITE's nodes (the release's rke2-uninstall.sh; destroys the cluster): CONFIRM=SITE
 	$(PLAYBOOK) playbooks/rke2_uninstall.yml -e rke2_uninstall_confirm='$(CONFIRM)' $(RKE2_ARGS)

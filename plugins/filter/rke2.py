@@ -9,8 +9,9 @@ air-gap folder's checks, the service's restart (refused while a server is unknow
 failure, kube-vip's static pod for a fixed API address, the agents' version skew, an RPM
 install the tarball must not be unpacked over, the HelmChartConfigs of the charts RKE2
 deploys, the config.yaml.d drop-ins that would override the role, the staged releases to prune, firewalld's
-trusted pod and service ranges, and day 2: the etcd snapshot before a server upgrade and the certificates'
-state. Documentation in the sidecar files of the same names (rke2_config.yml, ...)."""
+trusted pod and service ranges, and day 2: the etcd snapshot before a server upgrade, the certificates' state,
+and the restore from a snapshot (its steps, the reset's outcome, the Nodes the inventory no longer has).
+Documentation in the sidecar files of the same names (rke2_config.yml, ...)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -131,6 +132,24 @@ def rke2_certificate_report(check_json, host="this host"):
     return _failing(rke2_day2.certificate_report, check_json or "", host)
 
 
+def rke2_restore_plan(snapshot, servers=None, s3=None, binary="", timeout=1800):
+    # timeout from -e comes as a string of digits; anything else goes on for restore_plan to name.
+    if isinstance(timeout, str) and timeout.strip().isdigit():
+        timeout = int(timeout)
+    return _failing(rke2_day2.restore_plan, servers if servers is not None else [], snapshot,
+                    s3=s3 or None, binary=binary or "rke2", timeout=timeout)
+
+
+def rke2_reset_failure(output, rc, host="the first server", timeout=None):
+    return _failing(rke2_day2.reset_failure, output or "", rc, host, timeout)
+
+
+def rke2_stale_nodes(nodes, inventory_names=None):
+    # nodes: the lines of kubectl get nodes --output name (node/<name>).
+    return _failing(membership.stale_nodes, nodes if nodes is not None else [],
+                    inventory_names if inventory_names is not None else [])
+
+
 def rke2_restart_refusal(host, reason, unknown_servers=None):
     return membership.restart_refusal(host, reason or "", list(unknown_servers or []))
 
@@ -234,6 +253,9 @@ class FilterModule(object):
             "rke2_node_names": rke2_node_names,
             "rke2_saved_snapshots": rke2_saved_snapshots,
             "rke2_certificate_report": rke2_certificate_report,
+            "rke2_restore_plan": rke2_restore_plan,
+            "rke2_reset_failure": rke2_reset_failure,
+            "rke2_stale_nodes": rke2_stale_nodes,
             "rke2_release_arch": rke2_release_arch,
             "rke2_airgap_problems": rke2_airgap_problems,
             "rke2_archives_for_arch": rke2_archives_for_arch,

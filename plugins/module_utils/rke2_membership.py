@@ -4,7 +4,8 @@
 """Which RKE2 cluster a node belongs to, from what it holds, and what the rke2 role refuses because of it: a server
 that would quietly start a new, empty cluster while nodes of the old one are still there, a node that would move
 from one cluster into another, a member whose join address would flip because another server holds the cluster
-this run, and a server restart while a server of the cluster cannot be asked. Pure functions over what the role
+this run, and a server restart while a server of the cluster cannot be asked; what taking a node out means, and
+which Nodes a restored snapshot holds for hosts the inventory no longer has. Pure functions over what the role
 read from the hosts; errors name the node and the file that decided."""
 
 from __future__ import absolute_import, division, print_function
@@ -155,6 +156,23 @@ def removal_plan(host, servers, agents, node_name):
         plan["error"] = ("rke2_remove_node=%s: no such host in rke2_servers or rke2_agents (%s)"
                          % (host, ", ".join(list(servers) + list(agents)) or "the inventory has none"))
     return plan
+
+
+def stale_nodes(nodes, inventory_names):
+    """The Nodes a restored snapshot holds for hosts the inventory no longer has: [{"node", "secret"}], sorted, each
+    with its node-password secret in kube-system. ``nodes``: the Node names the cluster lists (kubectl's ``node/``
+    prefix allowed); ``inventory_names``: the Kubernetes node names of rke2_servers and rke2_agents. Node names are
+    lower case (k3s lowers the host name), so the comparison is too."""
+    for what, names in (("the cluster's Node list", nodes), ("the inventory's node names", inventory_names)):
+        if not isinstance(names, (list, tuple)):
+            raise ValueError("%s is %s, expected a list of names" % (what, type(names).__name__))
+        for name in names:
+            if not isinstance(name, str) or not name.strip():
+                raise ValueError("%s lists %r, expected a node name" % (what, name))
+    known = set(name.strip().lower() for name in inventory_names)
+    listed = set(name.strip()[len("node/"):] if name.strip().startswith("node/") else name.strip() for name in nodes)
+    return [{"node": name, "secret": node_password_secret(name)}
+            for name in sorted(listed) if name.lower() not in known]
 
 
 # The cluster network a running cluster keeps, with RKE2's defaults (k3s pkg/cli/cmds/server.go; cni: RKE2's
