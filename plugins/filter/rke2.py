@@ -8,7 +8,9 @@ one's nodes, or a node of another cluster, refused), the host's release architec
 air-gap folder's checks, the service's restart (refused while a server is unknown) and start
 failure, kube-vip's static pod for a fixed API address, the agents' version skew, an RPM
 install the tarball must not be unpacked over, the HelmChartConfigs of the charts RKE2
-deploys, and day 2: the etcd snapshot before a server upgrade and the certificates' state. Documentation in the sidecar files of the same names (rke2_config.yml, ...)."""
+deploys, and day 2: the servers' etcd snapshot schedule, retention and S3 settings in config.yaml, the etcd snapshot
+before a server upgrade and the certificates' state. Documentation in the sidecar files of the same names
+(rke2_config.yml, ...)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -26,8 +28,11 @@ from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2_insta
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2_membership as membership
 
 
-def rke2_config(role, **kwargs):
+def rke2_config(role, etcd_snapshots=None, **kwargs):
+    # etcd_snapshots: {schedule_cron, retention, compress, s3}, the role's rke2_etcd_snapshot_* and rke2_etcd_s3.
     try:
+        if etcd_snapshots is not None:
+            kwargs["etcd_snapshots"] = rke2_day2.etcd_snapshot_config(role, etcd_snapshots)
         return rke2.build_config(role, **kwargs)
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError("rke2 config.yaml: %s" % exc)
