@@ -9,9 +9,10 @@ air-gap folder's checks, the service's restart (refused while a server is unknow
 failure, kube-vip's static pod for a fixed API address, the agents' version skew, an RPM
 install the tarball must not be unpacked over, the HelmChartConfigs of the charts RKE2
 deploys, the config.yaml.d drop-ins that would override the role, the staged releases to prune, firewalld's
-trusted pod and service ranges, and day 2: the etcd snapshot before a server upgrade, the certificates' state,
-and the restore from a snapshot (its steps, the reset's outcome, the Nodes the inventory no longer has).
-Documentation in the sidecar files of the same names (rke2_config.yml, ...)."""
+trusted pod and service ranges, and day 2: the servers' etcd snapshot schedule, retention and S3 settings in
+config.yaml, the etcd snapshot before a server upgrade, the certificates' state, and the restore from a snapshot
+(its steps, the reset's outcome, the Nodes the inventory no longer has). Documentation in the sidecar files of the
+same names (rke2_config.yml, ...)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -30,8 +31,11 @@ from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2_insta
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2_membership as membership
 
 
-def rke2_config(role, **kwargs):
+def rke2_config(role, etcd_snapshots=None, **kwargs):
+    # etcd_snapshots: {schedule_cron, retention, compress, s3}, the role's rke2_etcd_snapshot_* and rke2_etcd_s3.
     try:
+        if etcd_snapshots is not None:
+            kwargs["etcd_snapshots"] = rke2_day2.etcd_snapshot_config(role, etcd_snapshots)
         return rke2.build_config(role, **kwargs)
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError("rke2 config.yaml: %s" % exc)

@@ -42,9 +42,26 @@ _LABEL_NAME_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
+# The etcd snapshot settings the role types (module_utils/rke2_day2.py etcd_snapshot_config): (their name in the
+# site file's rke2.etcd_snapshots, the config.yaml key); the S3 ones are rke2.etcd_snapshots.s3's. Keys of RKE2
+# v1.34.1's server flags (rke2_flags.py).
+ETCD_SNAPSHOT_KEYS = (("schedule_cron", "etcd-snapshot-schedule-cron"), ("retention", "etcd-snapshot-retention"),
+                      ("compress", "etcd-snapshot-compress"))
+ETCD_S3_KEYS = (("enabled", "etcd-s3"), ("endpoint", "etcd-s3-endpoint"), ("endpoint_ca", "etcd-s3-endpoint-ca"),
+                ("skip_ssl_verify", "etcd-s3-skip-ssl-verify"), ("access_key", "etcd-s3-access-key"),
+                ("secret_key", "etcd-s3-secret-key"), ("session_token", "etcd-s3-session-token"),
+                ("bucket", "etcd-s3-bucket"), ("bucket_lookup_type", "etcd-s3-bucket-lookup-type"),
+                ("region", "etcd-s3-region"), ("folder", "etcd-s3-folder"), ("retention", "etcd-s3-retention"),
+                ("insecure", "etcd-s3-insecure"), ("timeout", "etcd-s3-timeout"), ("proxy", "etcd-s3-proxy"))
+# The rke2 role's variables of those settings, by their name in rke2.etcd_snapshots.
+ETCD_SNAPSHOT_VARIABLES = dict([(name, "rke2_etcd_snapshot_" + name) for name, _key in ETCD_SNAPSHOT_KEYS]
+                               + [("s3", "rke2_etcd_s3")])
+# The variable the extra map's message sends a typed etcd key to.
+_TYPED_VARIABLES = dict([(key, ETCD_SNAPSHOT_VARIABLES[name]) for name, key in ETCD_SNAPSHOT_KEYS]
+                        + [(key, "%s.%s" % (ETCD_SNAPSHOT_VARIABLES["s3"], name)) for name, key in ETCD_S3_KEYS])
 # config.yaml keys this module sets from typed variables; the extra map may not set them.
 TYPED_KEYS = ("server", "token-file", "node-name", "node-ip", "node-label", "node-taint", "tls-san", "cni",
-              "system-default-registry", "profile", "agent-token-file", "selinux")
+              "system-default-registry", "profile", "agent-token-file", "selinux") + tuple(sorted(_TYPED_VARIABLES))
 # config.yaml keys that would move the files the role reads and writes (``d`` is data-dir's short flag).
 FIXED_PATH_KEYS = ("data-dir", "d")
 # config.yaml keys whose value is a secret (RKE2 v1.34.1's flags: the join tokens, the etcd S3 credentials, an
@@ -248,13 +265,14 @@ def server_url(api_address):
 
 def build_config(role, node_name, join_address=None, token_file=None, node_ip=None, node_labels=None,
                  node_taints=None, tls_san=None, cni=None, system_default_registry=None, profile=None, extra=None,
-                 agent_token_file=None, selinux=False):
+                 agent_token_file=None, selinux=False, etcd_snapshots=None):
     """The content of ``/etc/rancher/rke2/config.yaml`` as a dict, in a stable key order.
 
     ``join_address`` is the address (the first server's, or a VIP) every node but the
     first server joins through; the first server starts the cluster and gets none. The
     join token never appears here: nodes read it from ``token_file`` (0600), so
-    config.yaml can be shown in diffs."""
+    config.yaml can be shown in diffs. ``etcd_snapshots``: the keys of the etcd snapshot
+    settings, as rke2_day2.etcd_snapshot_config checked them (none on an agent)."""
     if role not in NODE_ROLES:
         raise ValueError("rke2_node_role %r is not one of %s" % (role, ", ".join(NODE_ROLES)))
     config = {}
@@ -310,10 +328,11 @@ def build_config(role, node_name, join_address=None, token_file=None, node_ip=No
                 raise ValueError("rke2_config_extra sets %s to %r: rke2_profile cis needs it true"
                                  % (PROTECT_KERNEL_DEFAULTS, extra[PROTECT_KERNEL_DEFAULTS]))
             config[PROTECT_KERNEL_DEFAULTS] = True
+    config.update(etcd_snapshots or {})
     for key in extra:
         if key in TYPED_KEYS or key == "token":
-            raise ValueError("rke2_config_extra sets %r, which the role sets from its own variable: use that variable"
-                             % key)
+            raise ValueError("rke2_config_extra sets %r, which the role sets from its own variable: use %s"
+                             % (key, _TYPED_VARIABLES.get(key, "that variable")))
         if str(key).rstrip("+") in FIXED_PATH_KEYS:
             raise ValueError("rke2_config_extra sets %r: the role and its checks read RKE2's files under %s (the "
                              "datastore, the tokens, the cluster CA, the image archives, the static pods), which "

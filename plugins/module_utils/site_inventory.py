@@ -30,6 +30,7 @@ from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_mo
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operator_values as ov
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2_charts
+from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2_day2
 
 SCHEMA_VERSION = 1
 SERVERS, AGENTS, GPU_NODES = "rke2_servers", "rke2_agents", "gpu_nodes"
@@ -46,7 +47,10 @@ _TOP_KEYS = ("schema", "site", "description", "network", "ansible", "rke2", "gpu
 _NETWORK_KEYS = ("cidr", "gateway", "dns_servers", "dns_search", "interface", "backend")
 _ANSIBLE_KEYS = ("user", "become", "python_interpreter")
 _RKE2_KEYS = ("version", "api_address", "api_vip", "tls_san", "cni", "system_default_registry", "registries",
-              "profile", "config_extra", "chart_values", "artifacts")
+              "profile", "config_extra", "chart_values", "artifacts", "etcd_snapshots")
+# The config.yaml keys rke2.etcd_snapshots sets, and its key that sets each: rke2.config_extra may not set them.
+_ETCD_SNAPSHOT_SITE_KEYS = dict([(key, name) for name, key in rke2.ETCD_SNAPSHOT_KEYS]
+                                + [(key, "s3." + name) for name, key in rke2.ETCD_S3_KEYS])
 _ARTIFACT_KEYS = ("source", "dir", "images")
 _HOST_KEYS = ("name", "role", "address", "ansible_host", "interface", "backend", "node_name", "arch", "os", "kernel",
               "labels", "taints", "gpu")
@@ -386,7 +390,12 @@ def _rke2(check, site, cidr=None):
         if source == "local" and not artifacts.get("dir"):
             check.fail("rke2.artifacts.dir", "is required when source is local")
         check.string_list(artifacts.get("images"), "rke2.artifacts.images")
+    if conf.get("etcd_snapshots") is not None:
+        _etcd_snapshots(check, conf["etcd_snapshots"])
     extra = conf.get("config_extra")
+    for key in sorted(set(extra) & set(_ETCD_SNAPSHOT_SITE_KEYS) if isinstance(extra, dict) else ()):
+        check.fail("rke2.config_extra.%s" % key, "is set from rke2.etcd_snapshots (%s): give it there"
+                   % _ETCD_SNAPSHOT_SITE_KEYS[key])
     for key in rke2.secret_config_keys(extra):
         if not _REFERENCE_RE.match(str(extra[key])):
             check.fail("rke2.config_extra.%s" % key,
@@ -404,6 +413,20 @@ def _rke2(check, site, cidr=None):
                            "a secret in the site file would be committed with it: give a reference to a vaulted "
                            "variable instead, for example '{{ vault_registry_password }}'")
     return conf
+
+
+def _etcd_snapshots(check, snapshots):
+    """rke2.etcd_snapshots as the rke2 role checks its variables (rke2_day2.etcd_snapshot_config, here named by
+    their keys); the S3 credentials are references to vaulted variables, as registry passwords are."""
+    where = "rke2.etcd_snapshots"
+    s3 = snapshots.get("s3") if isinstance(snapshots, dict) else None
+    for name in rke2_day2.S3_SECRETS if isinstance(s3, dict) else ():
+        # A value of another type is the role's check's (below), which never prints it.
+        if isinstance(s3.get(name), str) and s3[name] and not _REFERENCE_RE.match(s3[name]):
+            check.fail("%s.s3.%s" % (where, name),
+                       "a secret in the site file would be committed with it and shown by --diff: give a reference "
+                       "to a vaulted variable instead, for example '{{ vault_etcd_s3_%s }}'" % name)
+    check.guarded(where, rke2_day2.etcd_snapshot_config, rke2.SERVER, snapshots, where)
 
 
 def _registries(check, registries):
@@ -627,6 +650,10 @@ def _group_vars(site):
     for key in ("cni", "tls_san", "system_default_registry", "registries", "profile", "config_extra", "chart_values"):
         if conf.get(key) not in (None, "", [], {}):
             group_vars["rke2_" + key] = conf[key]
+    snapshots = conf.get("etcd_snapshots") or {}
+    for key, variable in sorted(rke2.ETCD_SNAPSHOT_VARIABLES.items()):
+        if snapshots.get(key) not in (None, {}):
+            group_vars[variable] = snapshots[key]
     if site.get("gpu_models"):
         group_vars["gpu_models"] = site["gpu_models"]
     for key, value in (site.get("gpu_operator") or {}).items():

@@ -89,6 +89,10 @@ registries:
   description: The site file's C(rke2.registries) as written, so secrets stay the references the site file gives.
   returned: success
   type: dict
+etcd_s3:
+  description: The site file's C(rke2.etcd_snapshots.s3) as written, so its credentials stay the references it gives.
+  returned: success
+  type: dict
 problems:
   description: Every problem of the site file, each naming its key.
   returned: failure
@@ -181,7 +185,8 @@ def main():
     hosts = si.inventory(site)[0]
     groups = dict((name, list(group["hosts"])) for name, group in hosts["all"]["children"].items())
     result = dict(changed=bool(changed_files), files=changed_files, groups=groups, site_keys=si.node_keys(site),
-                  registries=(site.get("rke2") or {}).get("registries") or {})
+                  registries=(site.get("rke2") or {}).get("registries") or {},
+                  etcd_s3=((site.get("rke2") or {}).get("etcd_snapshots") or {}).get("s3") or {})
     if module._diff:
         result["diff"] = diffs
     module.exit_json(**result)

@@ -88,7 +88,7 @@ def test_bad_input_names_the_key_or_value(kwargs, needle):
         rke2.build_config(node_role, **args)
 
 
-@pytest.mark.parametrize("key", ["disable", "etcd-snapshot-schedule-cron", "advertise-address", "agent-token",
+@pytest.mark.parametrize("key", ["disable", "etcd-disable-snapshots", "advertise-address", "agent-token",
                                  "datastore-endpoint", "etcd-expose-metrics", "kube-apiserver-arg+"])
 def test_agent_refuses_server_only_extra_keys(key):
     flag = key.rstrip("+")

@@ -38,6 +38,7 @@ import traceback
 import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.module_utils.testing import patch_module_args
 from ansible.plugins.filter.core import to_nice_yaml
 
@@ -73,6 +74,13 @@ def _with_optional_keys(site):
     del site["rke2"]["api_address"]
     site["rke2"].update(api_vip="192.0.2.10", profile="cis", config_extra={"kubelet-arg": ["max-pods=200"]},
                         chart_values={"rke2-canal": {"flannel": {"backend": "vxlan"}}})
+    site["rke2"]["etcd_snapshots"] = {
+        "schedule_cron": "0 */6 * * *", "retention": 10, "compress": True,
+        "s3": {"enabled": True, "endpoint": "minio.tirosh-home.example:9000", "bucket": "etcd-snapshots",
+               "folder": "tirosh-home", "region": "eu-west-1", "bucket_lookup_type": "path", "retention": 14,
+               "timeout": "2m", "proxy": "none", "endpoint_ca": "/etc/ssl/certs/minio-ca.pem",
+               "skip_ssl_verify": False, "insecure": False, "access_key": "{{ vault_etcd_s3_access_key }}",
+               "secret_key": "{{ vault_etcd_s3_secret_key }}", "session_token": "{{ vault_etcd_s3_session_token }}"}}
     site["rke2"]["registries"]["configs"] = {"registry.tirosh-home.example:5000": {
         "auth": {"username": "ops", "password": "{{ vault_registry_password }}"}}}
     site["gpu_operator"].update(
@@ -374,6 +382,19 @@ def _jinja_attribute(value, name):
     return value.get(name) if isinstance(value, dict) else None
 
 
+def _jinja_int(value):
+    """``value | int`` in Jinja: the whole number, 0 when it is none."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _jinja_bool(value):
+    """``value | bool`` in Ansible: true, yes, on, 1 (and their strings) are true, everything else false."""
+    return boolean(value, strict=False)
+
+
 def _gpu_node_labels(operator_vars, hostvars, groups):
     """roles/gpu_node_labels/tasks/validate.yml and kubevirt_render.yml."""
     lv = dict(_literal(GPU_NODE_LABELS_DEFAULTS), **operator_vars)
@@ -406,8 +427,9 @@ def _gpu_node_labels(operator_vars, hostvars, groups):
     return validated, settings, files
 
 
-def _rke2_host(host, hostvars, groups, registries):
-    """roles/rke2/tasks/render.yml (config_content.yml) on ``host``: its files."""
+def _rke2_host(host, hostvars, groups, registries, etcd_s3):
+    """roles/rke2/tasks/render.yml (config_content.yml) on ``host``: its files; ``registries`` and ``etcd_s3`` as
+    playbooks/site_render.yml hands them to the role."""
     hv = dict(_literal(RKE2_DEFAULTS), **hostvars[host])
     servers = groups.get("rke2_servers", [])
     role = "server" if host in servers else "agent"
@@ -424,7 +446,11 @@ def _rke2_host(host, hostvars, groups, registries):
                      node_taints=hv["rke2_node_taints"],
                      tls_san=[api_address] + ([api_vip] if len(api_vip) > 0 else []) + hv["rke2_tls_san"],
                      cni=hv["rke2_cni"], system_default_registry=hv["rke2_system_default_registry"],
-                     profile=hv["rke2_profile"], selinux=False, extra=hv["rke2_config_extra"])
+                     profile=hv["rke2_profile"], selinux=False,
+                     etcd_snapshots={"schedule_cron": hv["rke2_etcd_snapshot_schedule_cron"],
+                                     "retention": _jinja_int(hv["rke2_etcd_snapshot_retention"]),
+                                     "compress": _jinja_bool(hv["rke2_etcd_snapshot_compress"]), "s3": etcd_s3},
+                     extra=hv["rke2_config_extra"])
     files = {"config.yaml": _filter("to_nice_yaml", to_nice_yaml, config, indent=2, sort_keys=False)}
     if len(registries) > 0:
         files["registries.yaml"] = _filter("to_nice_yaml", to_nice_yaml, registries, indent=2, sort_keys=False)
@@ -460,12 +486,14 @@ def site_render(site, name):
     assert set(si.node_keys(site)) == set(groups["all"])
     # The site_inventory module's result, as the later plays read it (JSON: what Ansible passes on).
     registries = json.loads(json.dumps((site.get("rke2") or {}).get("registries") or {}, default=str))
+    etcd_s3 = json.loads(json.dumps(((site.get("rke2") or {}).get("etcd_snapshots") or {}).get("s3") or {},
+                                    default=str))
     site_keys = si.node_keys(site)
     chart, operator_vars = _gpu_operator(localhost, hostvars, groups)
     validated, settings, kubevirt_files = _gpu_node_labels(operator_vars, hostvars, groups)
     rendered = {"inventory": files, "chart": chart["manifest_yaml"], "kubevirt": kubevirt_files}
     for host in groups.get("rke2_servers", []) + groups.get("rke2_agents", []):
-        rendered["rke2/hosts/" + host] = _rke2_host(host, hostvars, groups, registries)
+        rendered["rke2/hosts/" + host] = _rke2_host(host, hostvars, groups, registries, etcd_s3)
     rendered["labels"] = _filter("gpu_label_plan", site_render_filters.gpu_label_plan, validated["nodes"],
                                  settings=settings, values=chart["values"], site_keys=site_keys, source=source,
                                  site=name)

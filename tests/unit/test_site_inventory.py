@@ -219,8 +219,74 @@ def test_a_known_operator_version_passes_to_the_role(operator):
 
 
 def test_a_secret_config_key_given_as_a_vault_reference_passes():
-    site = _site(rke2__config_extra={"etcd-s3-access-key": "{{ vault_etcd_s3_access_key }}", "etcd-s3": True})
+    site = _site(rke2__config_extra={"datastore-endpoint": "{{ vault_datastore_endpoint }}"})
     assert not [p for p in si.validate(site) if "config_extra" in p]
+
+
+# rke2.etcd_snapshots: the servers' snapshot schedule, retention and S3 settings, as the rke2 role's variables.
+ETCD_SNAPSHOTS = {"schedule_cron": "0 */6 * * *", "retention": 10, "compress": True,
+                  "s3": {"enabled": True, "endpoint": "minio.lab-site.example:9000", "bucket": "etcd-snapshots",
+                         "bucket_lookup_type": "path", "access_key": "{{ vault_etcd_s3_access_key }}",
+                         "secret_key": "{{ vault_etcd_s3_secret_key }}", "retention": 14}}
+
+
+def test_etcd_snapshots_become_the_rke2_roles_variables():
+    site = _site(rke2__etcd_snapshots=ETCD_SNAPSHOTS)
+    assert si.validate(site) == []
+    group_vars = si.inventory(site)[1]
+    assert group_vars["rke2_etcd_snapshot_schedule_cron"] == "0 */6 * * *"
+    assert group_vars["rke2_etcd_snapshot_retention"] == 10 and group_vars["rke2_etcd_snapshot_compress"] is True
+    assert group_vars["rke2_etcd_s3"] == ETCD_SNAPSHOTS["s3"]
+    # What a site leaves out keeps the role's defaults (RKE2's): no variable.
+    group_vars = si.inventory(_site(rke2__etcd_snapshots={"retention": 3}))[1]
+    assert group_vars["rke2_etcd_snapshot_retention"] == 3
+    assert not [key for key in group_vars if key.startswith("rke2_etcd_") and key != "rke2_etcd_snapshot_retention"]
+    assert not [key for key in si.inventory(SITE)[1] if key.startswith("rke2_etcd_")]
+
+
+@pytest.mark.parametrize("snapshots, needle", [
+    ("daily", "rke2.etcd_snapshots must be a mapping of compress, retention, schedule_cron, s3, got 'daily'"),
+    ({"schedule": "0 3 * * *"}, "rke2.etcd_snapshots.schedule: unknown setting"),
+    ({"schedule_cron": "0 3 * *"}, "rke2.etcd_snapshots.schedule_cron '0 3 * *' must be a cron schedule of five "
+                                   "fields"),
+    ({"schedule_cron": 3}, "rke2.etcd_snapshots.schedule_cron 3 must be a cron schedule"),
+    ({"retention": 0}, "rke2.etcd_snapshots.retention 0 must be a whole number of snapshots to keep, at least 1"),
+    ({"retention": "5"}, "rke2.etcd_snapshots.retention '5' must be a whole number"),
+    ({"compress": "yes"}, "rke2.etcd_snapshots.compress 'yes' must be true or false"),
+    ({"s3": True}, "rke2.etcd_snapshots.s3 must be a mapping of S3 settings"),
+    ({"s3": {"enabled": True}}, "rke2.etcd_snapshots.s3.bucket is required with enabled: true"),
+    ({"s3": {"bucket": "etcd-snapshots"}}, "rke2.etcd_snapshots.s3.enabled is required"),
+    ({"s3": {"enabled": True, "bucket": "etcd-snapshots", "endpoint": "http://minio.example:9000"}},
+     "rke2.etcd_snapshots.s3.endpoint 'http://minio.example:9000' must be the S3 endpoint's host[:port]"),
+    ({"s3": {"enabled": True, "bucket": "etcd-snapshots", "timeout": 300}},
+     "rke2.etcd_snapshots.s3.timeout must be a string, got 300"),
+    ({"s3": {"enabled": "yes", "bucket": "etcd-snapshots"}}, "rke2.etcd_snapshots.s3.enabled 'yes' must be true"),
+    ({"s3": {"enabled": True, "bucket": "etcd-snapshots", "regoin": "eu-west-1"}},
+     "rke2.etcd_snapshots.s3.regoin: unknown setting"),
+])
+def test_each_bad_etcd_snapshot_setting_names_its_key(snapshots, needle):
+    problems = _problems(_site(rke2__etcd_snapshots=snapshots))
+    assert [p for p in problems if p.startswith(needle)], problems
+
+
+@pytest.mark.parametrize("key", ["access_key", "secret_key", "session_token"])
+def test_an_s3_credential_must_be_a_vault_reference(key):
+    s3 = dict(ETCD_SNAPSHOTS["s3"], **{key: "AKIAPLAINVALUE"})
+    problems = _problems(_site(rke2__etcd_snapshots={"s3": s3}))
+    assert problems == [
+        "rke2.etcd_snapshots.s3.%s: a secret in the site file would be committed with it and shown by --diff: give a "
+        "reference to a vaulted variable instead, for example '{{ vault_etcd_s3_%s }}'" % (key, key)]
+    assert "AKIAPLAINVALUE" not in " ".join(problems)
+    # A value of another type is refused without showing it either.
+    problems = _problems(_site(rke2__etcd_snapshots={"s3": dict(s3, **{key: 31337})}))
+    assert problems == ["rke2.etcd_snapshots.s3.%s must be a string, not int" % key]
+
+
+def test_config_extra_cannot_set_what_etcd_snapshots_types():
+    problems = _problems(_site(rke2__config_extra={"etcd-snapshot-retention": 10, "etcd-s3-bucket": "b"}))
+    assert problems == [
+        "rke2.config_extra.etcd-s3-bucket: is set from rke2.etcd_snapshots (s3.bucket): give it there",
+        "rke2.config_extra.etcd-snapshot-retention: is set from rke2.etcd_snapshots (retention): give it there"]
 
 
 def test_the_rke2_role_hides_the_same_secret_keys_the_module_knows():

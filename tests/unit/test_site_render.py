@@ -2,6 +2,7 @@
 rendered (named by their key in the site file), the node label plan, which files a
 rendering writes or prunes, and the site_files module writing only what changed."""
 import copy
+import json
 import os
 
 import pytest
@@ -11,6 +12,7 @@ from ansible_collections.gpuplatform.rke2.plugins.module_utils import site_inven
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import site_render as sr
 from tests.conftest import ROOT
 from tests.unit.module_harness import run_module
+from tests.unit.role_runner import PYTHON, run_playbook
 
 SITE_FILE = os.path.join(ROOT, "sites", "tirosh-home", "site.yml")
 
@@ -143,6 +145,57 @@ def test_module_returns_the_registries_as_the_site_file_writes_them(tmp_path):
     rc, result = run_module("site_inventory", dict(src=str(src), dest=str(tmp_path / "inv")), tmp_path,
                             check_mode=True)
     assert rc == 0 and result["registries"]["configs"]["r.example:5000"]["auth"]["password"] == "{{ vault_pw }}"
+
+
+def test_module_returns_the_etcd_s3_settings_as_the_site_file_writes_them(tmp_path):
+    # playbooks/site_render.yml hands them to the rke2 role: the rendered config.yaml keeps the references.
+    site = _example()
+    s3 = {"enabled": True, "bucket": "etcd-snapshots", "access_key": "{{ vault_etcd_s3_access_key }}",
+          "secret_key": "{{ vault_etcd_s3_secret_key }}"}
+    site["rke2"]["etcd_snapshots"] = {"retention": 10, "s3": s3}
+    src = tmp_path / "site.yml"
+    src.write_text(yaml.safe_dump(site))
+    rc, result = run_module("site_inventory", dict(src=str(src), dest=str(tmp_path / "inv")), tmp_path,
+                            check_mode=True)
+    assert rc == 0 and result["etcd_s3"] == s3
+    del site["rke2"]["etcd_snapshots"]
+    src.write_text(yaml.safe_dump(site))
+    rc, result = run_module("site_inventory", dict(src=str(src), dest=str(tmp_path / "inv")), tmp_path,
+                            check_mode=True)
+    assert rc == 0 and result["etcd_s3"] == {}
+
+
+def test_the_rendered_config_yaml_keeps_the_s3_credentials_references(tmp_path):
+    """playbooks/site_render.yml's site check and its rke2 play, as written there, on this machine: the servers'
+    config.yaml carries the etcd settings and the site file's references, never a value; the vaulted variables
+    need not exist to render."""
+    site = _example()
+    site["rke2"]["etcd_snapshots"] = {"retention": 10, "s3": {
+        "enabled": True, "bucket": "etcd-snapshots", "endpoint": "minio.tirosh-home.example:9000",
+        "access_key": "{{ vault_etcd_s3_access_key }}", "secret_key": "{{ vault_etcd_s3_secret_key }}"}}
+    os.makedirs(str(tmp_path / "sites" / "tirosh-home"))
+    (tmp_path / "sites" / "tirosh-home" / "site.yml").write_text(yaml.safe_dump(site))
+    hosts, group_vars = si.inventory(site)
+    hosts["all"]["vars"] = dict(group_vars, ansible_python_interpreter=PYTHON)
+    with open(os.path.join(ROOT, "playbooks", "site_render.yml")) as handle:
+        plays = yaml.safe_load(handle)
+    check = dict(plays[0], tasks=plays[0]["tasks"][:1], vars=dict(plays[0]["vars"], site_root=str(tmp_path)))
+    keep = {"name": "Keep the rendered files", "ansible.builtin.copy": {
+        "content": "{{ rke2_rendered_files | to_json }}", "dest": str(tmp_path) + "/{{ inventory_hostname }}.json",
+        "mode": "0600"}}
+    rke2_play = dict(plays[1], tasks=plays[1]["tasks"] + [keep])
+    rc, output = run_playbook(tmp_path, yaml.safe_dump([check, rke2_play]), hosts)
+    assert rc == 0, output
+
+    def config(host):
+        with open(str(tmp_path / ("%s.json" % host))) as handle:
+            return yaml.safe_load(json.load(handle)["config.yaml"])
+
+    server = config("tirosh-cp-1")
+    assert server["etcd-snapshot-retention"] == 10 and server["etcd-s3-bucket"] == "etcd-snapshots"
+    assert server["etcd-s3-access-key"] == "{{ vault_etcd_s3_access_key }}"
+    assert server["etcd-s3-secret-key"] == "{{ vault_etcd_s3_secret_key }}"
+    assert not [key for key in config("tirosh-gpu-1") if key.startswith("etcd-")]
 
 
 # ---------------------------------------------------------------- the label plan
