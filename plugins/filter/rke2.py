@@ -20,6 +20,7 @@ __metaclass__ = type
 
 import json
 
+import yaml
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2
@@ -116,7 +117,19 @@ def rke2_trusted_sources(config):
     return membership.trusted_sources(dict(config or {}))
 
 
+def _parsed_dropin(text):
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        # Not the parser's message: it quotes the line, which may hold a secret.
+        return rke2_host.NOT_YAML
+
+
 def rke2_dropin_conflicts(dropins, config=None, host="this host"):
+    # {file name: its text} as slurp read it; the parsing is the controller's.
+    if isinstance(dropins, dict):
+        dropins = dict((name, _parsed_dropin(text) if isinstance(text, (str, bytes)) else text)
+                       for name, text in dropins.items())
     return _failing(rke2_host.dropin_conflicts, dropins, dict(config or {}), host)
 
 

@@ -360,13 +360,13 @@ def etcd_snapshot_config(role, settings, where=None):
     def name(key):
         return "%s.%s" % (where, key) if where else rke2.ETCD_SNAPSHOT_VARIABLES.get(key, "rke2_etcd_snapshot_%s" % key)
 
+    allowed = ", ".join(sorted(SNAPSHOT_DEFAULTS))
     if not isinstance(settings, dict):
-        raise ValueError("%s must be a mapping of %s, s3, got %r" % (where or "etcd snapshot settings",
-                                                                    ", ".join(sorted(SNAPSHOT_DEFAULTS)), settings))
+        raise ValueError("%s must be a mapping of %s, s3, got %r"
+                         % (where or "etcd snapshot settings", allowed, settings))
     unknown = sorted(set(settings) - set(SNAPSHOT_DEFAULTS) - set(("s3",)), key=str)
     if unknown:
-        raise ValueError("%s: unknown setting (allowed: %s, s3)" % (name(unknown[0]),
-                                                                   ", ".join(sorted(SNAPSHOT_DEFAULTS))))
+        raise ValueError("%s: unknown setting (allowed: %s, s3)" % (name(unknown[0]), allowed))
     settings = dict(SNAPSHOT_DEFAULTS, **dict((key, value) for key, value in settings.items() if value is not None))
     _check_cron(settings["schedule_cron"], name("schedule_cron"))
     _check_count(settings["retention"], name("retention"))

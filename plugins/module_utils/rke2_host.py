@@ -10,14 +10,15 @@ __metaclass__ = type
 
 import re
 
-import yaml
-
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import rke2
 
 DROPIN_DIR = rke2.CONFIG_DIR + "/config.yaml.d"
 # k3s pkg/configfilearg dotDFiles (the commit RKE2 v1.34.1 pins): every file of config.yaml.d whose name ends in
 # .yaml or .yml, any case, in name order, each over the one before; "key+" appends to key instead.
 DROPIN_NAME_RE = re.compile(r"(?i)^.*\.ya?ml$")
+# A drop-in whose text is no YAML: the filter, which parses the files on the controller, marks it so (PyYAML is
+# not a module_utils dependency).
+NOT_YAML = "<not YAML>"
 # Keys no drop-in may set in any form, appended or not: they decide which cluster the node belongs to, under which
 # name, and where the files the role reads and writes are (module_utils/rke2_membership.py keeps them stable).
 MEMBERSHIP_KEYS = ("server", "token", "token-file", "agent-token", "agent-token-file", "node-name",
@@ -27,8 +28,8 @@ MEMBERSHIP_KEYS = ("server", "token", "token-file", "agent-token", "agent-token-
 def dropin_conflicts(dropins, config, host="this host"):
     """The refusals for the config.yaml.d drop-ins of ``host``, one per file and key, in RKE2's merge order: a
     drop-in that sets a key config.yaml sets (the role's value would silently lose, the later file wins), or any
-    of MEMBERSHIP_KEYS. ``dropins``: {file name: its text, or its parsed content}; ``config``: the config.yaml this
-    run writes.
+    of MEMBERSHIP_KEYS. ``dropins``: {file name: its parsed content, or NOT_YAML}; ``config``: the config.yaml
+    this run writes.
     A list value appended with "key+" adds to the role's and is left alone; only names and keys are quoted, never a
     value (a drop-in may hold a secret)."""
     if not isinstance(dropins, dict):
@@ -39,13 +40,9 @@ def dropin_conflicts(dropins, config, host="this host"):
     for name in sorted(name for name in dropins if DROPIN_NAME_RE.match(str(name))):
         content = dropins[name]
         path = "%s/%s" % (DROPIN_DIR, name)
-        if isinstance(content, (str, bytes)):
-            try:
-                content = yaml.safe_load(content)
-            except yaml.YAMLError:
-                # Not the parser's message: it quotes the line, which may hold a secret.
-                refusals.append("%s: %s is not YAML (RKE2 stops on it at start)" % (host, path))
-                continue
+        if content == NOT_YAML:
+            refusals.append("%s: %s is not YAML (RKE2 stops on it at start)" % (host, path))
+            continue
         if content is None:
             continue
         if not isinstance(content, dict):
@@ -76,5 +73,5 @@ def stale_stages(names, current, keep=1):
             releases.append((rke2.parse_version(str(name)), str(name)))
         except ValueError:
             continue
-    kept = [name for _, name in sorted((r for r in releases if r[0] < now), reverse=True)[:keep]]
+    kept = [name for version, name in sorted((r for r in releases if r[0] < now), reverse=True)[:keep]]
     return sorted(name for version, name in releases if name != current and name not in kept)

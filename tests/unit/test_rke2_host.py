@@ -38,13 +38,13 @@ def test_membership_and_path_keys_are_refused_appended_or_not(key):
 
 
 def test_a_dropin_setting_only_what_the_role_leaves_alone_passes():
-    assert rke2_host.dropin_conflicts({"50-gpu-operator-pss.yaml":
-                                       "pod-security-admission-config-file: /etc/rancher/rke2/gpu-pss.yaml\n",
-                                       "00-empty.yaml": ""}, AGENT_CONFIG) == []
+    dropins = {"50-gpu-operator-pss.yaml": "pod-security-admission-config-file: /etc/rancher/rke2/gpu-pss.yaml\n",
+               "00-empty.yaml": ""}
+    assert rke2_filters.rke2_dropin_conflicts(dropins, AGENT_CONFIG) == []
 
 
 def test_a_dropin_rke2_cannot_read_is_refused_without_quoting_it():
-    refusals = rke2_host.dropin_conflicts({"a.yaml": "token: [K10secret\n", "b.yaml": "- a list\n"}, {})
+    refusals = rke2_filters.rke2_dropin_conflicts({"a.yaml": "token: [K10secret\n", "b.yaml": "- a list\n"}, {})
     assert refusals == ["this host: /etc/rancher/rke2/config.yaml.d/a.yaml is not YAML (RKE2 stops on it at start)",
                         "this host: /etc/rancher/rke2/config.yaml.d/b.yaml is not a mapping of config keys "
                         "(RKE2 stops on it at start)"]
