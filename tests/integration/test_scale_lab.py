@@ -116,12 +116,17 @@ def test_every_wait_makes_the_same_requests_on_200_nodes_as_on_the_lab_fleet(sca
                 advertising = sorted(n.metadata.name for n in lab.core().list_node().items
                                      if rd.count(n.status.allocatable, om.CONTAINER_RESOURCE) >= 1)
                 assert sorted(p["node"] for p in result["pods"]) == advertising and len(advertising) > 2
-    # The same lists on 200 nodes as on 7: nothing is read node by node. A watch may be opened
-    # once more per kind on the big fleet: the API server closes the watch of a client that
-    # falls behind its events (200 sample pods' worth, on a loaded host) without an error, and
-    # the wait watches on from the last version it saw, with no list. Requests that grew with
-    # the fleet would be ~28 times as many.
+    # The same lists on 200 nodes as on 7: nothing is read node by node (a wait lists each kind
+    # once, and once more to confirm a success seen on watched data). Watches: one per kind,
+    # and on either fleet one more may be opened: after a confirm whose list found the watch
+    # behind (cuda_sample's reaper deletes finished samples while the wait goes on, so the
+    # last pods can change between the last event and that list; the feeder watches on from
+    # the list and may open that watch before the wait stops it), or after the API server
+    # closed the watch of a client that fell behind its events (200 sample pods' worth, on a
+    # loaded host). Either can happen on the small fleet and not on the big one: CI saw
+    # cuda_sample open 2 watches on the 7 nodes and 1 on the 200. So the bound is per list, on
+    # each fleet; requests that grew with the fleet would be ~28 times as many.
     for name, (small, big) in sorted(measured.items()):
         assert big["list"] == small["list"], (name, measured[name])
-        assert small["watch"] <= big["watch"] <= 2 * small["watch"], (name, measured[name])
+        assert max(small["watch"], big["watch"]) <= 2 * small["list"], (name, measured[name])
     assert _sample_pods(scale_lab) == [] and _sample_pods(gpu_lab) == []
