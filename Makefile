@@ -100,11 +100,13 @@ lab-status: venv ## show the lab's processes, kubeconfig and nodes
 .PHONY: test lint sanity unit integration conformance-versions integration-helm3 rke2-binary-tests molecule build-collection docs-check
 # The lab binaries build (cold: about half an hour on 2 cores, docs/lab.md) while the suites that need no lab run:
 # those are mostly single-threaded, and a cold CI run would otherwise leave a core idle for their length.
-# The lab suites then run beside the real rke2's build and, once it is there, the suites that need only that
-# binary (tests/rke2, molecule/rke2: no lab, no Kubernetes API): the lab suites wait on the API much of the time,
-# and run in series the two would add up to the run's longest stretch (docs/lab.md). That side runs niced, so a lab
-# waiting on its CPU does not make the lab suites' deadlines tighter; its output is kept in a log and printed
-# whole when it ends. molecule/default brings up a lab of its own, so it runs last, alone.
+# The integration suite then runs beside a side of its own: the real rke2's build and, once it is there, the
+# suites that need only that binary (tests/rke2, molecule/rke2: no lab, no Kubernetes API), then the lab suites of
+# the other lines (conformance-versions: the operator v26.7.0; integration-helm3: helm v3), each in a lab of its
+# own. The integration suite waits on the API much of the time, and run in series these would add up to the run's
+# longest stretch (docs/lab.md). That side runs niced, so a lab waiting on its CPU does not make the integration
+# suite's deadlines tighter; its output is kept in a log and printed whole when it ends. molecule/default brings up
+# a lab of its own, so it runs last, alone.
 LAB_BUILD_LOG := $(ROOT)/.build/lab-build.log
 RKE2_BUILD_LOG := $(ROOT)/.build/rke2-build.log
 RKE2_SUITES_LOG := $(ROOT)/.build/rke2-suites.log
@@ -123,14 +125,15 @@ test: venv ## every test: lint, sanity, unit, lab integration, molecule
 	@setsid nice -n 10 sh -c '$(PY) -m tests.lab.labctl build --part rke2 > $(RKE2_BUILD_LOG) 2>&1 || \
 	    { cat $(RKE2_BUILD_LOG); echo "rke2: the build failed (above)"; exit 1; }; \
 	    tail -n 2 $(RKE2_BUILD_LOG); $(MAKE) --no-print-directory rke2-binary-tests && \
-	    $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS=rke2' > $(RKE2_SUITES_LOG) 2>&1 & side=$$!; \
+	    $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS=rke2 && \
+	    $(MAKE) --no-print-directory conformance-versions integration-helm3' > $(RKE2_SUITES_LOG) 2>&1 & side=$$!; \
 	  trap 'kill -- -$$side 2>/dev/null' EXIT; \
-	  $(MAKE) integration conformance-versions integration-helm3 || exit 1; \
-	  echo "rke2 side: waiting for the build, tests/rke2 and molecule/rke2 (log: $(RKE2_SUITES_LOG))"; \
+	  $(MAKE) integration || exit 1; \
+	  echo "side: waiting for the rke2 build, tests/rke2, molecule/rke2, conformance-versions and integration-helm3 (log: $(RKE2_SUITES_LOG))"; \
 	  wait $$side; rc=$$?; trap - EXIT; \
-	  echo "---------------- rke2 side (the real rke2's build, tests/rke2, molecule/rke2): its output"; \
+	  echo "---------------- side (the real rke2's build, tests/rke2, molecule/rke2, conformance-versions, integration-helm3): its output"; \
 	  cat $(RKE2_SUITES_LOG); \
-	  if [ $$rc -ne 0 ]; then echo "rke2 side failed (exit $$rc; output above)"; exit 1; fi
+	  if [ $$rc -ne 0 ]; then echo "side failed (exit $$rc; output above)"; exit 1; fi
 	$(MAKE) molecule MOLECULE_SCENARIOS=default
 	$(call say,make test: all suites passed)
 

@@ -36,7 +36,8 @@ description:
     limit) against O(max_parallel_upgrades) (by default the ClusterPolicy's C(maxParallelUpgrades); 0 is no
     limit). More at once is reported in RV(parallel_excess) with a warning, and fails the wait with
     O(fail_on_parallel_excess). States that come and go within one burst of watch events may go unseen, so the count
-    is a lower bound.
+    is a lower bound. The real controller itself passes the limit at times, since it leaves a node out of its count
+    while that node's new driver pod is not scheduled yet, and may start another node then.
   - At a timeout or a failure it says per node where it stands and why (never picked up while its driver pod is of
     an old revision, waiting for an upgrade slot, a drain or a GPU pod eviction refused by a PodDisruptionBudget, a
     pod the drain refuses, a new driver pod that is not ready, validation pods not ready, how long it has been in
@@ -235,8 +236,8 @@ def main():
                   parallel_excess=detail["parallel_excess"], driver_version=detail["driver_version"],
                   api_requests=result.api_requests)
     if detail["parallel_excess"]:
-        module.warn("more driver nodes in progress at once than maxParallelUpgrades: %s"
-                    % du.excess_text(detail["parallel_excess"]))
+        module.warn("more driver nodes in progress at once than maxParallelUpgrades: %s (%s)"
+                    % (du.excess_text(detail["parallel_excess"]), du.EXCESS_CAUSE))
     if result.done and detail["verdict"] == "done":
         report["elapsed"] = k8s_wait.elapsed(api)
         module.exit_json(**report)

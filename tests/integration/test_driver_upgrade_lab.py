@@ -2,11 +2,11 @@
 v26.7.0, the supported line, in a lab of its own (the controller cordons nodes, and a node
 left cordoned by a failure would change what the session lab's other tests see).
 
-- A driver version bump with maxParallelUpgrades 1 on the fleet's 4 driver nodes: the
-  controller (k8s-operator-libs pkg/upgrade) takes them through its states one at a time,
+- A driver version bump with maxParallelUpgrades 2 on the fleet's 4 driver nodes: the
+  controller (k8s-operator-libs pkg/upgrade) takes them through its states two at a time,
   evicts a GPU workload through the Eviction API, restarts each driver pod, and the module
   follows it to the end. A background watch of the nodes records every state label
-  transition, independently of the module, to check the parallel limit; a watch of the
+  transition, independently of the module, to check the parallel limit and the module's count of it; a watch of the
   workload's pods records how it left.
 - A PodDisruptionBudget that refuses the eviction of a GPU workload: the controller's pod
   deletion gives up at its timeout and marks the node upgrade-failed; the module fails at once,
@@ -15,7 +15,9 @@ left cordoned by a failure would change what the session lab's other tests see).
 
 The controller does not watch pods: a node leaves pod-restart-required (and upgrade-failed)
 only at its next planned pass (upgrade_controller.go plannedRequeueInterval, 2 minutes), so the
-first test takes about 2 minutes a node. That time is the controller's, not the lab's."""
+first test takes about 2 minutes a batch of nodes: two batches of two. That time is the controller's,
+not the lab's; one node at a time (the chart's default) took 4 batches, 500 s of CI's 48 lab minutes,
+and showed the limit less well: a limit of 2 is seen reached as well as kept."""
 
 import pytest
 import yaml
@@ -35,7 +37,7 @@ LABEL = om.DRIVER_UPGRADE_STATE_LABEL
 OLD, NEW, THIRD = "580.105.08", "580.126.20", "595.91.07"
 WORKLOAD = "gpu-trainer"
 WORKLOAD_NS = "default"
-# The module's own deadline for 4 nodes one at a time (2 minutes a node, see above).
+# The module's own deadline: ample for 4 nodes even one at a time (2 minutes a batch, see above).
 TIMEOUT = 1500
 # The controller's GPU pod deletion gives up after this (the chart's driver.upgradePolicy.gpuPodDeletion
 # .timeoutSeconds, 300 by default; the ClusterPolicy's podDeletion): the PDB test's node goes upgrade-failed
@@ -44,14 +46,12 @@ TIMEOUT = 1500
 POD_DELETION_TIMEOUT = 20
 
 
-def _values(version, max_parallel=1, pod_deletion_timeout=None):
+def _values(version, max_parallel=2, pod_deletion_timeout=None):
     """The containerized driver at ``version`` with the controller on (autoUpgrade), sandbox
     workloads off, since the controller does not run with them (upgrade_controller.go Reconcile)."""
-    policy = {"autoUpgrade": True, "maxParallelUpgrades": max_parallel}
-    if not max_parallel:
-        # 0 is no limit on parallel upgrades; maxUnavailable (25% by default) would still hold all
-        # but one of 4 nodes.
-        policy["maxUnavailable"] = "100%"
+    # maxParallelUpgrades the only limit (0: none): maxUnavailable, 25% by default, would hold all but
+    # one of 4 nodes (k8s-operator-libs GetUpgradesAvailable caps the slots at it).
+    policy = {"autoUpgrade": True, "maxParallelUpgrades": max_parallel, "maxUnavailable": "100%"}
     if pod_deletion_timeout:
         policy["gpuPodDeletion"] = {"force": False, "deleteEmptyDir": False, "timeoutSeconds": pod_deletion_timeout}
     return {"sandboxWorkloads": {"enabled": False},
@@ -82,6 +82,17 @@ def _transitions(recorder):
         if len(progressing) > peak:
             peak, peak_nodes = len(progressing), progressing
     return states, peak, peak_nodes
+
+
+def _in_progress_sets(recorder):
+    """Every set of nodes the node watch saw in progress at once."""
+    current = dict((n.metadata.name, _node_dict(n)) for n in recorder.initial)
+    seen = set()
+    for kind, obj in [(None, None)] + list(recorder.events):
+        if kind in ("ADDED", "MODIFIED"):
+            current[obj.metadata.name] = _node_dict(obj)
+        seen.add(frozenset(n for n, o in current.items() if du.in_progress(o)))
+    return seen
 
 
 def _driver_pods(lab):
@@ -216,7 +227,7 @@ def driver_lab():
         yield lab
 
 
-def test_the_driver_upgrade_is_followed_node_by_node_to_the_end(driver_lab):
+def test_the_driver_upgrade_is_followed_two_nodes_at_a_time_to_the_end(driver_lab):
     lab = driver_lab
     start = _running_driver_version(lab) or OLD
     target = NEW if start != NEW else OLD
@@ -230,7 +241,13 @@ def test_the_driver_upgrade_is_followed_node_by_node_to_the_end(driver_lab):
     result = _upgrade(lab, _values(target), nodes, pods)
     assert not result.get("failed"), result.get("msg")
 
-    # Every driver node went through the controller's states to upgrade-done, one at a time.
+    # Every driver node went through the controller's states to upgrade-done, two at a time: the
+    # controller starts both slots in one pass. It may start a third past the limit: a pass that runs
+    # while an in-progress node's new driver pod is not scheduled yet leaves that node out of its count
+    # (k8s-operator-libs BuildState skips a pending pod without a node; GetUpgradesInProgress counts the
+    # nodes it kept). Seen here: "currently in progress":3 with "max parallel upgrades":2 in the operator's
+    # log after a pass that counted 3 nodes of 4. So the record is held to the limit reached, and the
+    # module to what the record saw: its peak, and every excess it reports a set the record had.
     states, peak, peak_nodes = _transitions(nodes)
     assert sorted(result["done_nodes"]) == driver_nodes
     for name in driver_nodes:
@@ -239,9 +256,12 @@ def test_the_driver_upgrade_is_followed_node_by_node_to_the_end(driver_lab):
         assert om.UPGRADE_REQUIRED in seen and om.UPGRADE_POD_RESTART_REQUIRED in seen, (name, seen)
         assert result["nodes"][name]["state"] == om.UPGRADE_DONE
         assert du.image_has_version(result["nodes"][name]["image"], target), result["nodes"][name]
-    assert peak == 1, (peak_nodes, states)
-    assert result["max_parallel_upgrades"] == 1 and result["parallel_excess"] == []
-    assert result["peak_in_progress"]["count"] == 1
+    assert peak >= 2, (peak_nodes, states)
+    assert result["max_parallel_upgrades"] == 2
+    assert 2 <= result["peak_in_progress"]["count"] <= peak, (result["peak_in_progress"], peak_nodes)
+    recorded = _in_progress_sets(nodes)
+    for excess in result["parallel_excess"]:
+        assert len(excess["nodes"]) > 2 and frozenset(excess["nodes"]) in recorded, (excess, recorded)
     _assert_upgraded(lab, driver_nodes, gpus, target)
 
     # The workload left its node through the Eviction API (the API server marks an evicted pod

@@ -17,6 +17,8 @@ A tarball is unpacked once into the lab cache under a key made of the tag and it
 so a different tarball of the "same" tag never reuses another's build.
 """
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -165,12 +167,35 @@ def _unpack(tarball, origin, tag):
     return OperatorSource(tree, "%s (sha256 %s)" % (origin, sha), "%s sha256:%s" % (tag, sha))
 
 
+@contextlib.contextmanager
+def _locked(path):
+    """Holds ``path``.lock (flock) for the block: suites that run side by side (make test runs lab
+    suites beside the integration suite) may unpack the same source at once, and each would
+    remove the other's partial tree."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".lock", "w", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log("another run is unpacking %s; waiting for it" % path)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
 def _unpack_tree(tarball, project, tag, markers):
     """Unpacks a ``git archive`` tarball of PROJECT at TAG into the cache once per sha256;
     returns (sha256, tree)."""
     sha = _sha256(tarball)
     target = os.path.join(cache_root(), "src", "%s-%s-%s" % (project, tag, sha[:12]))
     tree = os.path.join(target, "%s-%s" % (project, tag))
+    if not _is_tree(tree, markers):
+        with _locked(target):
+            _unpack_into(tarball, sha, project, tag, markers, target, tree)
+    return sha, tree
+
+
+def _unpack_into(tarball, sha, project, tag, markers, target, tree):
+    """The unpack itself, under the lock; a run that waited for another's finds the tree there."""
     if not _is_tree(tree, markers):
         log("unpacking %s (sha256 %s...) into %s" % (tarball, sha[:12], target))
         shutil.rmtree(target, ignore_errors=True)
@@ -188,7 +213,6 @@ def _unpack_tree(tarball, project, tag, markers):
         if tops[0] != os.path.basename(tree):
             os.rename(os.path.join(partial, tops[0]), os.path.join(partial, os.path.basename(tree)))
         os.rename(partial, target)
-    return sha, tree
 
 
 def _clone(tag, fetch=True):

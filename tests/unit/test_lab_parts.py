@@ -3,9 +3,12 @@ tarballs, and the node agent's kubelet of operand pods (tests/lab/node_agent.py)
 init-container gates read from the operator's manifests, the files validators write,
 reboots and hold-downs."""
 import copy
+import fcntl
 import io
 import os
+import subprocess
 import tarfile
+import threading
 
 import pytest
 
@@ -90,6 +93,74 @@ def test_a_tarball_of_something_else_is_refused(isolated, monkeypatch):
     monkeypatch.setenv("GPU_OPERATOR_SRC", tarball)
     with pytest.raises(upstream.UpstreamMissing, match="not a source archive of the tag"):
         upstream.resolve_operator_source()
+
+
+def test_a_run_that_finds_the_source_being_unpacked_waits_and_uses_that_tree(isolated, monkeypatch):
+    # make test runs lab suites side by side: two may unpack the same tarball at once, and each used to remove
+    # the other's partial tree.
+    tarball = _tarball(str(isolated / "op.tar.gz"), "gpu-operator-v26.3.2")
+    monkeypatch.setenv("GPU_OPERATOR_SRC", tarball)
+    said = []
+    monkeypatch.setattr(upstream, "log", said.append)
+    sha = upstream._sha256(tarball)  # pylint: disable=protected-access
+    target = os.path.join(str(isolated / "cache"), "src", "gpu-operator-v26.3.2-%s" % sha[:12])
+    os.makedirs(os.path.dirname(target))
+    found = []
+    with open(target + ".lock", "w") as other:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        waiting = threading.Thread(target=lambda: found.append(upstream.resolve_operator_source()))
+        waiting.start()
+        while not said and waiting.is_alive():
+            waiting.join(0.05)
+        assert said == ["another run is unpacking %s; waiting for it" % target] and waiting.is_alive()
+        # The other run unpacks meanwhile (here: this test, as the module would).
+        upstream._unpack_into(tarball, sha, "gpu-operator", "v26.3.2", upstream.OPERATOR_TREE_MARKERS,  # pylint: disable=protected-access
+                              target, os.path.join(target, "gpu-operator-v26.3.2"))
+        marker = os.path.join(target, "gpu-operator-v26.3.2", "vendor", "unpacked-once")
+        open(marker, "w").close()
+    waiting.join()
+    # The waiting run found the tree and did not unpack it again (which would have removed the marker).
+    assert found[0].tree == os.path.join(target, "gpu-operator-v26.3.2") and os.path.exists(marker)
+    assert [line for line in said if line.startswith("unpacking")] == [said[1]] and len(said) == 2
+
+
+FAKE_GO = """#!/bin/sh
+# go build ... -o OUT PKG: says it started, waits for the test's release, writes OUT.
+echo "$@" >> "$FAKE_GO_CALLS"
+while [ "$1" != -o ]; do shift; done
+while [ ! -e "$FAKE_GO_RELEASE" ]; do sleep 0.05; done
+printf '#!/bin/sh\\n' > "$2"; chmod +x "$2"
+"""
+
+
+def test_a_build_another_run_is_making_is_waited_for_not_made_twice(tmp_path):
+    # build.sh's build_one: the second run waits on the binary's lock and finds it built (tests/lab/build.sh).
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "go").write_text(FAKE_GO)
+    (bin_dir / "go").chmod(0o755)
+    src = _tree(str(tmp_path / "src"))
+    env = dict(os.environ, PATH="%s:%s" % (bin_dir, os.environ["PATH"]), GPUPLATFORM_LAB_CACHE=str(tmp_path / "cache"),
+               FAKE_GO_CALLS=str(tmp_path / "calls"), FAKE_GO_RELEASE=str(tmp_path / "release"))
+    command = ["bash", os.path.join(ROOT, "tests", "lab", "build.sh"), "gpu-operator", src, "k1", "v26.3.2"]
+    first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    while not os.path.exists(str(tmp_path / "calls")) and first.poll() is None:
+        threading.Event().wait(0.05)
+    assert first.poll() is None, first.communicate()
+    second = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True)
+    line = second.stderr.readline()
+    while line and "gpu-operator:" not in line:
+        line = second.stderr.readline()
+    assert line.rstrip().endswith("gpu-operator: another run is building it; waiting for that build"), line
+    (tmp_path / "release").touch()
+    out1, err1 = first.communicate()
+    out2, err2 = second.communicate()
+    assert first.returncode == 0 and second.returncode == 0, (err1, err2)
+    binary = str(tmp_path / "cache" / "gpu-operator-k1" / "gpu-operator")
+    assert out1.splitlines()[-1] == out2.splitlines()[-1] == binary and os.access(binary, os.X_OK)
+    assert len((tmp_path / "calls").read_text().splitlines()) == 1
+    assert "built by the run it waited for" in err2 and not os.path.exists(binary + ".tmp")
 
 
 @pytest.mark.parametrize("value, required", [("", False), ("0", False), ("1", True), ("yes", True)])
