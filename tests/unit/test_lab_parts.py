@@ -143,17 +143,21 @@ def test_a_build_another_run_is_making_is_waited_for_not_made_twice(tmp_path):
     env = dict(os.environ, PATH="%s:%s" % (bin_dir, os.environ["PATH"]), GPUPLATFORM_LAB_CACHE=str(tmp_path / "cache"),
                FAKE_GO_CALLS=str(tmp_path / "calls"), FAKE_GO_RELEASE=str(tmp_path / "release"))
     command = ["bash", os.path.join(ROOT, "tests", "lab", "build.sh"), "gpu-operator", src, "k1", "v26.3.2"]
-    first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
-    while not os.path.exists(str(tmp_path / "calls")) and first.poll() is None:
-        threading.Event().wait(0.05)
-    assert first.poll() is None, first.communicate()
-    second = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              universal_newlines=True)
-    line = second.stderr.readline()
-    while line and "gpu-operator:" not in line:
+    try:
+        first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 universal_newlines=True)
+        while not os.path.exists(str(tmp_path / "calls")) and first.poll() is None:
+            threading.Event().wait(0.05)
+        assert first.poll() is None, first.communicate()
+        second = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  universal_newlines=True)
         line = second.stderr.readline()
-    assert line.rstrip().endswith("gpu-operator: another run is building it; waiting for that build"), line
-    (tmp_path / "release").touch()
+        while line and "gpu-operator:" not in line:
+            line = second.stderr.readline()
+        assert line.rstrip().endswith("gpu-operator: another run is building it; waiting for that build"), line
+    finally:
+        # Whatever failed above, the fake go is let go and no build outlives the test.
+        (tmp_path / "release").touch()
     out1, err1 = first.communicate()
     out2, err2 = second.communicate()
     assert first.returncode == 0 and second.returncode == 0, (err1, err2)
