@@ -71,6 +71,15 @@ def test_allocatable_holds_on_the_first_list(run):
     assert result["elapsed"] == 0
 
 
+def test_the_connect_counts_in_the_one_deadline(run, monkeypatch):
+    # Loading the kubeconfig took 2.5 s of the module's 3 (real time, k8s_wait.start_clock): the wait has the rest.
+    real = iter([100.0, 102.5])
+    monkeypatch.setattr(k8s_wait, "start_clock", lambda: next(real))
+    nodes, pods = healthy_fleet()
+    rc, result, _connects = run(gpu_allocatable_wait, FakeCluster(nodes=nodes, pods=pods), timeout=3)
+    assert rc == 0 and result["elapsed"] == 2.5
+
+
 def test_allocatable_waits_for_a_tainted_node_whose_taint_the_operands_tolerate(run):
     nodes, pods = healthy_fleet()
     tolerating = [daemonset(o, [dict(TRAINING_TAINT, operator="Equal")]) for o in CONTAINER_CHAIN]
