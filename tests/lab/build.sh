@@ -35,24 +35,25 @@ cache_root=${GPUPLATFORM_LAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpuplatform-
 
 log() { printf '[lab-build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
-# lock_out NAME OUT: holds OUT.lock for the rest of the calling subshell (the lock goes with the process
-# that holds its descriptor). Suites run side by side (make test runs lab suites beside the integration
-# suite) and may ask for the same binary at once: one builds it, the others wait and find it built.
-lock_out() {
+# claim NAME OUT: returns 1 when OUT is there (cached), else 0 holding OUT.lock (flock) for the rest of the
+# calling subshell, the lock going with the process that holds its descriptor. Suites run side by side (make test
+# runs lab suites beside the integration suite) and may ask for the same binary at once: one builds it, the
+# others wait and find it built.
+claim() {
   local name=$1 out=$2
+  if [ -x "$out" ]; then log "$name: cached"; return 1; fi
   exec 9>"$out.lock"
   if ! flock -n 9; then
     log "$name: another run is building it; waiting for that build"
     flock 9
   fi
+  if [ -x "$out" ]; then log "$name: built by the run it waited for"; return 1; fi
 }
 
 # build_one NAME OUT DIR PACKAGE LDFLAGS [TAGS]: go build PACKAGE in DIR to OUT, unless cached.
 build_one() (
   local name=$1 out=$2 dir=$3 pkg=$4 ldflags=$5 tags=${6:-}
-  if [ -x "$out" ]; then log "$name: cached"; return; fi
-  lock_out "$name" "$out"
-  if [ -x "$out" ]; then log "$name: built by the run it waited for"; return; fi
+  claim "$name" "$out" || return 0
   log "$name: building $pkg (cold builds take minutes on 2 cores) ..."
   local start=$SECONDS
   (cd "$dir" && go build -trimpath ${tags:+-tags "$tags"} -ldflags "$ldflags" -o "$out.tmp" "$pkg")
@@ -63,9 +64,7 @@ build_one() (
 # install_one NAME BIN MODULE@VERSION LDFLAGS: go install from the module proxy into BIN, unless cached.
 install_one() (
   local name=$1 bin=$2 module=$3 ldflags=$4
-  if [ -x "$bin/$name" ]; then log "$name: cached"; return; fi
-  lock_out "$name" "$bin/$name"
-  if [ -x "$bin/$name" ]; then log "$name: built by the run it waited for"; return; fi
+  claim "$name" "$bin/$name" || return 0
   log "$name: go install $module ..."
   local start=$SECONDS
   GOFLAGS= GOBIN="$bin" CGO_ENABLED=0 go install -trimpath -ldflags "$ldflags" "$module"
