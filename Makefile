@@ -98,43 +98,62 @@ lab-status: venv ## show the lab's processes, kubeconfig and nodes
 
 # ---------------------------------------------------------------- tests
 .PHONY: test lint sanity unit integration conformance-versions integration-helm3 rke2-binary-tests molecule build-collection docs-check
-# The lab binaries build (cold: about half an hour on 2 cores, docs/lab.md) while the suites that need no lab run:
-# those are mostly single-threaded, and a cold CI run would otherwise leave a core idle for their length.
-# The integration suite then runs beside a side of its own: the real rke2's build and, once it is there, the
-# suites that need only that binary (tests/rke2, molecule/rke2: no lab, no Kubernetes API), then the lab suites of
-# the other lines (conformance-versions: the operator v26.7.0; integration-helm3: helm v3), each in a lab of its
-# own. The integration suite waits on the API much of the time, and run in series these would add up to the run's
-# longest stretch (docs/lab.md). That side runs niced, so a lab waiting on its CPU does not make the integration
-# suite's deadlines tighter; its output is kept in a log and printed whole when it ends. molecule/default brings up
-# a lab of its own, so it runs last, alone.
+# The run's longest stretch is the lab's: its binaries' build (cold: about a quarter hour on 2 cores) and then the
+# integration suite, which waits on the API much of the time. That line runs at normal priority and everything
+# else runs beside it at nice 10, in background chains that take the CPU it leaves (docs/lab.md, "make test"):
+#   checks: lint, sanity, unit, site-check, build-collection (no lab), then molecule/default and the
+#           conformance suite on the operator's other line (conformance-versions: v26.7.0), each in a lab of its own;
+#   side:   the real rke2's build, then the suites that need only that binary (tests/rke2, molecule/rke2: no lab,
+#           no Kubernetes API), then the lab suites on helm v3 (integration-helm3), in a lab of its own.
+# With the integration suite a third starts: the real operators of the other lines (labctl build --part
+# operators), which its driver and chart upgrade suites would otherwise build in their own time; a suite that asks
+# one while it builds waits for that build (tests/lab/build.sh's lock).
+# Niced, a chain waiting on the CPU does not make the integration suite's deadlines tighter. Each chain's output is
+# kept in a log and printed whole when the integration suite has ended; a chain's failure fails make test. A
+# failure of the checks before the lab's build is done stops the run there; a failure of the integration suite
+# stops every chain (each is one process group, setsid).
 LAB_BUILD_LOG := $(ROOT)/.build/lab-build.log
+CHECKS_LOG := $(ROOT)/.build/checks.log
+OPERATORS_BUILD_LOG := $(ROOT)/.build/operators-build.log
 RKE2_BUILD_LOG := $(ROOT)/.build/rke2-build.log
 RKE2_SUITES_LOG := $(ROOT)/.build/rke2-suites.log
+SUBMAKE := $(MAKE) --no-print-directory
 test: venv ## every test: lint, sanity, unit, lab integration, molecule
 	@mkdir -p $(ROOT)/.build
-	@echo "lab binaries: building in the background while lint, sanity and unit run (log: $(LAB_BUILD_LOG))"
-	@$(PY) -m tests.lab.labctl build --part lab > $(LAB_BUILD_LOG) 2>&1 & build=$$!; \
-	  trap 'kill $$build 2>/dev/null' EXIT; \
-	  $(MAKE) lint && $(MAKE) sanity && $(MAKE) unit site-check && $(MAKE) build-collection || exit 1; \
-	  echo "lab binaries: waiting for the build (log: $(LAB_BUILD_LOG))"; \
-	  if ! wait $$build; then cat $(LAB_BUILD_LOG); echo "lab binaries: the build failed (above)"; exit 1; fi; \
-	  trap - EXIT; tail -n 3 $(LAB_BUILD_LOG)
-	@echo "rke2: building, then tests/rke2 and molecule/rke2, in the background beside the lab suites (logs: $(RKE2_BUILD_LOG), $(RKE2_SUITES_LOG))"
-	@# setsid: the side's make, molecule and ansible processes form one process group, stopped together if the
-	@# lab suites fail first.
-	@setsid nice -n 10 sh -c '$(PY) -m tests.lab.labctl build --part rke2 > $(RKE2_BUILD_LOG) 2>&1 || \
+	@echo "checks: lint, sanity, unit, site-check, build-collection, then molecule/default and conformance-versions, niced beside the lab (log: $(CHECKS_LOG))"
+	@setsid nice -n 10 sh -c '$(SUBMAKE) lint && $(SUBMAKE) sanity && $(SUBMAKE) unit site-check && \
+	    $(SUBMAKE) build-collection && $(SUBMAKE) molecule MOLECULE_SCENARIOS=default && \
+	    $(SUBMAKE) conformance-versions' > $(CHECKS_LOG) 2>&1 & checks=$$!; \
+	  trap 'kill -- -$$checks 2>/dev/null' EXIT; \
+	  echo "lab binaries: building (log: $(LAB_BUILD_LOG))"; \
+	  if ! $(PY) -m tests.lab.labctl build --part lab > $(LAB_BUILD_LOG) 2>&1; then \
+	    cat $(LAB_BUILD_LOG); echo "lab binaries: the build failed (above)"; exit 1; fi; \
+	  tail -n 3 $(LAB_BUILD_LOG); \
+	  checks_rc=; if ! kill -0 $$checks 2>/dev/null; then wait $$checks; checks_rc=$$?; fi; \
+	  if [ -n "$$checks_rc" ] && [ $$checks_rc -ne 0 ]; then \
+	    cat $(CHECKS_LOG); echo "checks failed (exit $$checks_rc; output above)"; exit 1; fi; \
+	  echo "side: the real rke2's build, then tests/rke2, molecule/rke2 and integration-helm3, niced beside the lab suites (logs: $(RKE2_BUILD_LOG), $(RKE2_SUITES_LOG))"; \
+	  setsid nice -n 10 sh -c '$(PY) -m tests.lab.labctl build --part rke2 > $(RKE2_BUILD_LOG) 2>&1 || \
 	    { cat $(RKE2_BUILD_LOG); echo "rke2: the build failed (above)"; exit 1; }; \
-	    tail -n 2 $(RKE2_BUILD_LOG); $(MAKE) --no-print-directory rke2-binary-tests && \
-	    $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS=rke2 && \
-	    $(MAKE) --no-print-directory conformance-versions integration-helm3' > $(RKE2_SUITES_LOG) 2>&1 & side=$$!; \
-	  trap 'kill -- -$$side 2>/dev/null' EXIT; \
+	    tail -n 2 $(RKE2_BUILD_LOG); $(SUBMAKE) rke2-binary-tests && \
+	    $(SUBMAKE) molecule MOLECULE_SCENARIOS=rke2 && $(SUBMAKE) integration-helm3' > $(RKE2_SUITES_LOG) 2>&1 & side=$$!; \
+	  echo "operators: the other lines' real operators, niced, ahead of the suites that ask them (log: $(OPERATORS_BUILD_LOG))"; \
+	  setsid nice -n 10 $(PY) -m tests.lab.labctl build --part operators > $(OPERATORS_BUILD_LOG) 2>&1 & operators=$$!; \
+	  trap 'kill -- -$$checks -$$side -$$operators 2>/dev/null' EXIT; \
 	  $(MAKE) integration || exit 1; \
-	  echo "side: waiting for the rke2 build, tests/rke2, molecule/rke2, conformance-versions and integration-helm3 (log: $(RKE2_SUITES_LOG))"; \
-	  wait $$side; rc=$$?; trap - EXIT; \
-	  echo "---------------- side (the real rke2's build, tests/rke2, molecule/rke2, conformance-versions, integration-helm3): its output"; \
+	  echo "waiting for the checks and the side (logs: $(CHECKS_LOG), $(RKE2_SUITES_LOG))"; \
+	  wait $$operators; operators_rc=$$?; if [ -z "$$checks_rc" ]; then wait $$checks; checks_rc=$$?; fi; \
+	  wait $$side; side_rc=$$?; trap - EXIT; \
+	  echo "---------------- operators (the other lines' real operators, built ahead): the build's output"; \
+	  cat $(OPERATORS_BUILD_LOG); \
+	  echo "---------------- checks (lint, sanity, unit, site-check, build-collection, molecule/default, conformance-versions): their output"; \
+	  cat $(CHECKS_LOG); \
+	  echo "---------------- side (the real rke2's build, tests/rke2, molecule/rke2, integration-helm3): its output"; \
 	  cat $(RKE2_SUITES_LOG); \
-	  if [ $$rc -ne 0 ]; then echo "side failed (exit $$rc; output above)"; exit 1; fi
-	$(MAKE) molecule MOLECULE_SCENARIOS=default
+	  if [ $$operators_rc -ne 0 ]; then echo "operators: the build failed (exit $$operators_rc; output above)"; fi; \
+	  if [ $$checks_rc -ne 0 ]; then echo "checks failed (exit $$checks_rc; output above)"; fi; \
+	  if [ $$side_rc -ne 0 ]; then echo "side failed (exit $$side_rc; output above)"; fi; \
+	  [ $$operators_rc -eq 0 ] && [ $$checks_rc -eq 0 ] && [ $$side_rc -eq 0 ]
 	$(call say,make test: all suites passed)
 
 lint: venv ## ansible-lint with the production profile
@@ -185,7 +204,8 @@ rke2-binary-tests: venv lab-build ## the checks against the real rke2 binary (te
 
 # Every scenario by default; make molecule MOLECULE_SCENARIOS=rke2 runs one.
 MOLECULE_SCENARIOS ?= $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
-molecule: venv lab-build ## molecule scenarios
+# Only molecule/rke2 asks the real rke2 (lab-build builds it); molecule/default needs the lab binaries alone.
+molecule: venv $(if $(filter-out default,$(MOLECULE_SCENARIOS)),lab-build,lab-binaries) ## molecule scenarios
 	$(call say,molecule scenarios)
 	@# Each scenario's output is kept in .build/molecule-<scenario>.log; on a failure the failed tasks are printed
 	@# again at the end, where a CI log's tail shows them (molecule's own summary names only the playbook).

@@ -5,9 +5,11 @@
 #   build.sh control-plane   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
 #                            (k8s.io/kubernetes, gobuild/go.mod), etcd (gobuild/cmd/etcd),
 #                            kwok (sigs.k8s.io/kwok)             -> prints the bin folder
-#   build.sh helm-tools      helm v4 (helm.sh/helm/v4) in the bin folder and helm v3
-#                            (helm.sh/helm/v3) in its v3/ folder, helm-controller (github.com/k3s-io/
-#                            helm-controller), from the Go module proxy -> prints the bin folder
+#   build.sh helm-tools [v3] helm v4 (helm.sh/helm/v4: the install Jobs' default line, and what the lab
+#                            packages its chart repository with) and helm-controller (github.com/k3s-io/
+#                            helm-controller) in the bin folder; with v3 also helm v3 (helm.sh/helm/v3) in
+#                            its v3/ folder, built only for a lab that runs it. From the Go module proxy
+#                            -> prints the bin folder
 #   build.sh gpu-operator SRC KEY VERSION
 #                            the GPU Operator from its source tree SRC (go build -mod=vendor,
 #                            offline), cached under KEY (tests/lab/upstream.py resolves the
@@ -107,9 +109,9 @@ helm_tools() {
                 go env GOVERSION) | sha256sum | cut -c1-16)
   bin="$cache_root/helm-tools-$pin_hash/bin"
   mkdir -p "$bin/v3"
-  log "helm pins: helm ${HELM_VERSION} and ${HELM3_VERSION}, helm-controller ${HELM_CONTROLLER_VERSION}; cache $bin"
+  log "helm pins: helm ${HELM_VERSION}${1:+ and ${HELM3_VERSION}}, helm-controller ${HELM_CONTROLLER_VERSION}; cache $bin"
   local version major dest
-  for version in "$HELM_VERSION" "$HELM3_VERSION"; do
+  for version in "$HELM_VERSION" ${1:+"$HELM3_VERSION"}; do
     major=${version%%.*}   # the module path names its major version
     dest=$bin
     if [ "$major" = v3 ]; then dest=$bin/v3; fi
@@ -162,10 +164,11 @@ rke2() {
 started=$SECONDS
 case "${1:-control-plane}" in
   control-plane) control_plane ;;
-  helm-tools) helm_tools ;;
+  helm-tools) [ $# -eq 1 ] || { [ $# -eq 2 ] && [ "$2" = v3 ]; } || { echo "usage: $0 helm-tools [v3]" >&2; exit 2; }
+    helm_tools "${2:-}" ;;
   gpu-operator) [ $# -eq 4 ] || { echo "usage: $0 gpu-operator SRC KEY VERSION" >&2; exit 2; }
     gpu_operator "$2" "$3" "$4" ;;
   rke2) [ $# -eq 3 ] || { echo "usage: $0 rke2 SRC KEY" >&2; exit 2; }; rke2 "$2" "$3" ;;
-  *) echo "usage: $0 [control-plane|helm-tools|gpu-operator SRC KEY VERSION|rke2 SRC KEY]" >&2; exit 2 ;;
+  *) echo "usage: $0 [control-plane|helm-tools [v3]|gpu-operator SRC KEY VERSION|rke2 SRC KEY]" >&2; exit 2 ;;
 esac
 log "${1:-control-plane} ready in $((SECONDS - started))s"

@@ -118,6 +118,12 @@ def build_binaries():
     return build("control-plane")
 
 
+def helm_tools(line):
+    """The helm-tools folder (helm v4, helm-controller) with the helm of ``line`` in it: helm v3 is built
+    only for a lab whose install Jobs run it."""
+    return build("helm-tools", *(["v3"] if line == "v3" else []))
+
+
 def rke2_binary(build_missing=True):
     """The real ``rke2`` binary (tests/lab/upstream.py says from where), built by
     build.sh when a source is there and it is not cached yet (``build_missing``); raises
@@ -888,7 +894,7 @@ class Lab(object):
             (name, free_port()) for name in ("etcd", "etcd_peer", "etcd_metrics", "apiserver", "kcm", "scheduler",
                                              "kwok", "chart_repo", "operator_metrics", "operator_health"))}
         if mode == "real":
-            state.update(self.operator_build(self.start_version), helm_tools=build("helm-tools"),
+            state.update(self.operator_build(self.start_version), helm_tools=helm_tools(self.helm),
                          operator_start_version=self.start_version, helm=self.helm)
             log("GPU Operator %s (real, built from %s), helm %s in the install Jobs" % (
                 self.start_version, source.origin, self.helm))
@@ -938,17 +944,39 @@ class Lab(object):
         log("lab up in %.1fs; %s; kubeconfig %s" % (
             time.monotonic() - started, self.describe_operator(), self.kubeconfig))
 
+    def build_other_operators(self):
+        """Builds (or finds cached) the real operator of every line the lab knows besides the one it runs, newest
+        first: make test asks them ahead, niced beside the integration suite, whose driver upgrade suite (early in
+        it) runs the newest line and whose chart upgrade suite runs them all. Without a line's source it says
+        so, or fails naming what was tried when upstream is required (CI)."""
+        # OPERATOR_TAGS is oldest first.
+        for version in [tag for tag in reversed(upstream.OPERATOR_TAGS) if tag != self.start_version]:
+            try:
+                source = self.operator_build(version, clone=False)["operator_source"]
+            except upstream.UpstreamMissing as exc:
+                if upstream.upstream_required():
+                    raise LabError("%s=1 and no GPU Operator %s source: %s" % (
+                        upstream.REQUIRE_ENV, version, "; ".join(exc.tried)))
+                log("no GPU Operator %s source (%s): the suites that ask it skip" % (version, "; ".join(exc.tried)))
+                continue
+            log("GPU Operator %s: the real operator, built from %s" % (version, source))
+
     def build(self, lab_binaries=True, rke2=True):
         """Builds (or finds cached) every binary the lab would run now (``lab_binaries``)
         and the real rke2 (``rke2``), and says which operator that is: what `make
         lab-build` does. Returns the operator's mode, or None when only rke2 was asked."""
         mode = None
         if lab_binaries:
-            build_binaries()
             mode, source = self._choose_mode()
+            groups = [build_binaries]
             if mode == "real":
-                build("helm-tools")
-                self.operator_build(self.start_version)
+                groups.append(lambda: (helm_tools(self.helm), self.operator_build(self.start_version)))
+            # Side by side: a cold group spends long single-threaded stretches (module downloads, links) that
+            # leave the other core to the next group (docs/lab.md, "The lab's binaries").
+            with concurrent.futures.ThreadPoolExecutor(len(groups)) as pool:
+                for done in [pool.submit(group) for group in groups]:
+                    done.result()
+            if mode == "real":
                 log("GPU Operator %s: the real operator, built from %s" % (self.start_version, source.origin))
         if not rke2:
             return mode

@@ -30,8 +30,10 @@ def main(argv=None):
                          "<workdir>/hosts.yml (default: inventories/lab/hosts.yml)")
     build = sub.add_parser("build", help="build (or find cached) every lab binary and the real rke2")
     # make test builds rke2 (molecule/rke2's, nothing else needs it) while the lab suites run.
-    build.add_argument("--part", choices=("all", "lab", "rke2"), default="all",
-                       help="lab: what the lab runs (control plane, operator, helm tools); rke2: the real rke2 only")
+    build.add_argument("--part", choices=("all", "lab", "rke2", "operators"), default="all",
+                       help="lab: what the lab runs (control plane, operator, helm tools); rke2: the real rke2 only; "
+                            "operators: the real operator of every other line the lab knows (the suites of make "
+                            "test ask them)")
     for name in ("down", "status", "kubeconfig", "restart-apiserver", "restart-operator", "env", "rke2-binary"):
         sub.add_parser(name)
     sub.add_parser("reboot", help="a node reboots: /run/nvidia/validations is empty again").add_argument("node")
@@ -55,7 +57,9 @@ def main(argv=None):
     # up --nodes N generates the fleet; every other command reads the fleet the lab was started with.
     lab = Lab(workdir=args.workdir, nodes=args.nodes if args.command == "up" else None)
     try:
-        if args.command == "build":
+        if args.command == "build" and args.part == "operators":
+            lab.build_other_operators()
+        elif args.command == "build":
             lab.build(lab_binaries=args.part in ("all", "lab"), rke2=args.part in ("all", "rke2"))
         elif args.command == "env":
             for key, value in sorted(lab.env().items()):

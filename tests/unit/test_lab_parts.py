@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from tests.lab import node_agent, upstream
-from tests.lab.lab import ROOT, operand_pod_exclusions
+from tests.lab.lab import ROOT, Lab, LabError, operand_pod_exclusions
 from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_model as om
 
 
@@ -524,3 +524,73 @@ def test_without_clone_a_missing_version_is_not_cloned(isolated, monkeypatch):
     tried = exc.value.tried
     assert tried[1].endswith("gpu-operator-v26.7.0.tar.gz: not present")
     assert tried[2].endswith("no clone in the lab cache, and none made for this version")
+
+
+FAKE_GO_INSTALL = """#!/bin/sh
+# go env GOVERSION: a version; go install MODULE@VERSION: records the module, writes GOBIN/<last path element>.
+if [ "$1" = env ]; then echo go1.0-fake; exit 0; fi
+echo "$@" >> "$FAKE_GO_CALLS"
+for arg; do module=$arg; done
+name=${module%@*}; name=${name##*/}
+printf '#!/bin/sh\\n' > "$GOBIN/$name"; chmod +x "$GOBIN/$name"
+"""
+
+
+@pytest.mark.parametrize("args, helms", [((), ["helm.sh/helm/v4/cmd/helm@v4.1.4"]),
+                                         (("v3",), ["helm.sh/helm/v4/cmd/helm@v4.1.4",
+                                                    "helm.sh/helm/v3/cmd/helm@v3.18.4"])])
+def test_helm_v3_is_built_only_for_a_lab_that_runs_it(tmp_path, args, helms):
+    # helm v4 packages the chart repository whatever the install Jobs run; v3 goes to its own folder.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "go").write_text(FAKE_GO_INSTALL)
+    (bin_dir / "go").chmod(0o755)
+    env = dict(os.environ, PATH="%s:%s" % (bin_dir, os.environ["PATH"]), GPUPLATFORM_LAB_CACHE=str(tmp_path / "cache"),
+               FAKE_GO_CALLS=str(tmp_path / "calls"))
+    done = subprocess.run(["bash", os.path.join(ROOT, "tests", "lab", "build.sh"), "helm-tools"] + list(args),
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=True)
+    tools = done.stdout.splitlines()[-1]
+    built = [line.split()[-1] for line in (tmp_path / "calls").read_text().splitlines()]
+    assert built == helms + ["github.com/k3s-io/helm-controller@v0.16.27"]
+    assert upstream.helm_binary(tools, "v4") == os.path.join(tools, "helm") and os.access(
+        os.path.join(tools, "helm"), os.X_OK)
+    assert os.access(upstream.helm_binary(tools, "v3"), os.X_OK) == bool(args)
+
+
+def test_a_helm_line_build_sh_does_not_know_is_refused_before_any_build(tmp_path):
+    env = dict(os.environ, GPUPLATFORM_LAB_CACHE=str(tmp_path / "cache"))
+    done = subprocess.run(["bash", os.path.join(ROOT, "tests", "lab", "build.sh"), "helm-tools", "v2"], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False)
+    assert done.returncode == 2 and "usage:" in done.stderr and "helm-tools [v3]" in done.stderr
+    assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("start, built", [("v26.3.2", ["v26.7.0", "v26.3.3"]), ("v26.7.0", ["v26.3.3", "v26.3.2"])])
+def test_make_test_asks_the_other_lines_operators_newest_first(tmp_path, monkeypatch, start, built):
+    # The driver upgrade suite, early in the integration suite, runs the newest line.
+    asked = []
+    monkeypatch.setattr(Lab, "operator_build",
+                        lambda self, version, clone=True: asked.append((version, clone)) or {"operator_source": "x"})
+    Lab(workdir=str(tmp_path), operator_version=start).build_other_operators()
+    assert asked == [(version, False) for version in built]
+
+
+@pytest.mark.parametrize("required", [False, True])
+def test_a_line_without_its_source_is_skipped_or_refused_when_upstream_is_required(tmp_path, monkeypatch, required):
+    def operator_build(self, version, clone=True):
+        if version == "v26.7.0":
+            raise upstream.UpstreamMissing("gpu-operator v26.7.0", ["../shared/upstream/gpu-operator-v26.7.0.tar.gz: not present"])
+        asked.append(version)
+        return {"operator_source": "x"}
+
+    asked = []
+    monkeypatch.setattr(Lab, "operator_build", operator_build)
+    monkeypatch.setenv(upstream.REQUIRE_ENV, "1" if required else "0")
+    lab = Lab(workdir=str(tmp_path), operator_version="v26.3.2")
+    if required:
+        with pytest.raises(LabError, match=r"no GPU Operator v26\.7\.0 source: .*gpu-operator-v26\.7\.0\.tar\.gz"):
+            lab.build_other_operators()
+        assert asked == []
+    else:
+        lab.build_other_operators()
+        assert asked == ["v26.3.3"]
