@@ -58,6 +58,7 @@ import urllib.parse
 from kubernetes import client, config, watch
 
 from tests.lab import helm_record
+from tests.lab import sched
 
 CHART_LABEL = "helmcharts.helm.cattle.io/chart"
 CONFIG_HASH_LABEL = "helmcharts.helm.cattle.io/configHash"
@@ -764,6 +765,7 @@ class Entry(object):
         process = subprocess.Popen([self.worker.runner.helm] + list(argv), env=self.env, cwd=self.mounts.path("home"),
                                    stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        sched.keep_nice(process.pid)
         captured, errors = [], []
         readers = [threading.Thread(target=self._pump, args=(process.stdout, "stdout", captured if capture else None)),
                    threading.Thread(target=self._pump, args=(process.stderr, "stderr", errors))]

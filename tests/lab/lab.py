@@ -46,6 +46,7 @@ from ansible_collections.gpuplatform.rke2.plugins.module_utils import operand_mo
 from tests.lab import fleet as fleet_mod
 from tests.lab import upstream
 from tests.lab import chart_repo
+from tests.lab import sched
 from tests.lab.pki import ensure_pki
 
 ROOT = fleet_mod.ROOT
@@ -332,6 +333,7 @@ class Lab(object):
         full_env.update(env or {})
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 cwd=ROOT, env=full_env, start_new_session=True)
+        sched.keep_nice(proc.pid)
         out.close()
         self._children[component] = proc
         state = self.state()
