@@ -5,9 +5,12 @@ often each failed: a flake is hunted, not waited for (docs/lab.md "Hunting flake
     scripts/flake-hunt.py --runs 10 --hog 2 tests/integration/test_waits_lab.py::test_x ...
 
 Each run is a fresh pytest process (a fresh lab), so one run's state cannot hide another's
-race. The hog is ``--hog`` processes spinning on the CPU at normal priority: on a 2-core
-machine two of them halve what the lab's control plane, operator and node agent get, the
-way a slower or busier CI machine would. It stops when the hunt stops (or is interrupted),
+race. The hog is ``--hog`` processes spinning on the CPU at normal priority, each in a session
+of its own as another job on the machine would be: where the kernel schedules by session
+(sched_autogroup_enabled=1), the lab's components, each in its own session, would otherwise
+share the CPU with all the hogs as with one (tests/lab/sched.py). On a 2-core machine they take
+what the lab's control plane, operator and node agent would get, the way a slower or busier CI
+machine would. It stops when the hunt stops (or is interrupted),
 and its processes end by themselves after ``--hog-limit`` seconds should the hunt be killed.
 The lab's component logs of every run stay in .build/lab-logs/ (tests/integration/conftest.py).
 Exit 0 only when every run of every test passed."""
@@ -26,7 +29,8 @@ _COUNTS = re.compile(r"(\d+) (passed|failed|errors?|skipped)")
 
 
 def spin(limit):
-    """A CPU hog that ends by itself after ``limit`` seconds."""
+    """A CPU hog in a session of its own that ends by itself after ``limit`` seconds."""
+    os.setsid()
     end = time.monotonic() + limit
     while time.monotonic() < end:
         sum(range(100000))

@@ -147,12 +147,23 @@ def opt_chart_files(source):
 def operator_opt_tree(source, key):
     """The image's /opt layout (docker/Dockerfile: assets at /opt/gpu-operator, manifests
     under it, the chart's CRDs beside them, the validator's manifests at /opt/validator/manifests),
-    built once per source key in the lab cache."""
+    built once per source key in the lab cache, under a lock: make test asks the other lines'
+    operators ahead of the suites that run them, and a suite may ask the same one meanwhile."""
     opt = os.path.join(upstream.cache_root(), "gpu-operator-%s" % key, "opt")
     copies = opt_chart_files(source)
-    if os.path.isdir(os.path.join(opt, "gpu-operator", "state-driver")) and all(
-            os.path.isfile(os.path.join(opt, target)) for _source, target in copies):
-        return opt
+
+    def complete():
+        return os.path.isdir(os.path.join(opt, "gpu-operator", "state-driver")) and all(
+            os.path.isfile(os.path.join(opt, target)) for _source, target in copies)
+
+    if not complete():
+        with upstream.locked(opt, "writing"):
+            if not complete():
+                _write_opt_tree(source, copies, opt)
+    return opt
+
+
+def _write_opt_tree(source, copies, opt):
     partial = opt + ".partial"
     shutil.rmtree(partial, ignore_errors=True)
     shutil.copytree(os.path.join(source.tree, "assets"), os.path.join(partial, "gpu-operator"))
@@ -165,7 +176,6 @@ def operator_opt_tree(source, key):
         shutil.copytree(validator_manifests, os.path.join(partial, "validator", "manifests"))
     shutil.rmtree(opt, ignore_errors=True)
     os.rename(partial, opt)
-    return opt
 
 
 HELMCHART_LABEL = "helmcharts.helm.cattle.io/chart"

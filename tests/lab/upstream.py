@@ -168,16 +168,16 @@ def _unpack(tarball, origin, tag):
 
 
 @contextlib.contextmanager
-def _locked(path):
+def locked(path, doing="unpacking"):
     """Holds ``path``.lock (flock) for the block: suites that run side by side (make test runs lab
-    suites beside the integration suite) may unpack the same source at once, and each would
-    remove the other's partial tree."""
+    suites beside the integration suite, and asks the other lines' operators ahead of them) may write
+    the same cache entry at once, and each would remove the other's partial tree. Re-check inside."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path + ".lock", "w", encoding="utf-8") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            log("another run is unpacking %s; waiting for it" % path)
+            log("another run is %s %s; waiting for it" % (doing, path))
             fcntl.flock(handle, fcntl.LOCK_EX)
         yield
 
@@ -189,7 +189,7 @@ def _unpack_tree(tarball, project, tag, markers):
     target = os.path.join(cache_root(), "src", "%s-%s-%s" % (project, tag, sha[:12]))
     tree = os.path.join(target, "%s-%s" % (project, tag))
     if not _is_tree(tree, markers):
-        with _locked(target):
+        with locked(target):
             _unpack_into(tarball, sha, project, tag, markers, target, tree)
     return sha, tree
 
@@ -219,6 +219,29 @@ def _clone(tag, fetch=True):
     target = os.path.join(cache_root(), "src", "gpu-operator-%s-git" % tag)
     if _is_operator_tree(target):
         return target
+    if not fetch:
+        raise RuntimeError("no clone in the lab cache, and none made for this version")
+    with locked(target, "cloning"):
+        if not _is_operator_tree(target):
+            _clone_into(tag, target)
+    return target
+
+
+def _clone_into(tag, target):
+    partial = target + ".partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    env = dict(os.environ, GIT_TERMINAL_PROMPT="0")
+    try:
+        proc = subprocess.run(["git", "clone", "--quiet", "--depth", "1", "--branch", tag, OPERATOR_GIT,
+                               partial], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                              env=env, timeout=600, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise RuntimeError(str(exc))
+    if proc.returncode != 0 or not _is_operator_tree(partial):
+        shutil.rmtree(partial, ignore_errors=True)
+        raise RuntimeError(((proc.stdout or "").strip().splitlines() or ["clone incomplete"])[-1])
+    os.rename(partial, target)
     if not fetch:
         raise RuntimeError("no clone in the lab cache, and none made for this version")
     partial = target + ".partial"

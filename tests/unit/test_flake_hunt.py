@@ -1,7 +1,9 @@
 """scripts/flake-hunt.py: every run is counted from pytest's own closing line, and the hunt
 fails when any run failed, errored or skipped (a skipped lab test is a missing test)."""
 import importlib.util
+import multiprocessing
 import os
+import threading
 
 from tests.conftest import ROOT
 
@@ -39,3 +41,18 @@ def test_a_hunt_passes_only_when_every_run_passed(tmp_path, capsys):
     skipping = _suite(tmp_path, "import pytest\n\ndef test_skip():\n    pytest.skip('no lab')\n")
     assert flake_hunt.main(["--runs", "1", "--log", log, skipping]) == 1
     assert open(log).read().count("==== run") == 5
+
+
+def test_each_hog_spins_in_a_session_of_its_own():
+    # As another job on the machine: a scheduling group of its own where the kernel groups by session.
+    hog = multiprocessing.Process(target=flake_hunt.spin, args=(30,), daemon=True)
+    hog.start()
+    try:
+        deadline = 200
+        while os.getsid(hog.pid) != hog.pid and deadline:
+            deadline -= 1
+            threading.Event().wait(0.01)
+        assert os.getsid(hog.pid) == hog.pid != os.getsid(0)
+    finally:
+        hog.terminate()
+        hog.join()

@@ -594,3 +594,39 @@ def test_a_line_without_its_source_is_skipped_or_refused_when_upstream_is_requir
     else:
         lab.build_other_operators()
         assert asked == ["v26.3.3"]
+
+
+def test_two_runs_asking_the_same_operators_opt_tree_write_it_once(isolated, monkeypatch):
+    # make test asks the other lines' operators ahead of the integration suite, whose driver upgrade suite may ask
+    # the same one meanwhile: both removed and rewrote one opt.partial ("File exists", a failed CI run).
+    from tests.lab import lab as lab_mod  # pylint: disable=import-outside-toplevel
+
+    tree = _tree(str(isolated / "src"))
+    for folder in ("assets/state-driver", "manifests", "deployments/gpu-operator/crds", "docker"):
+        os.makedirs(os.path.join(tree, folder), exist_ok=True)
+    open(os.path.join(tree, "assets", "state-driver", "0500_daemonset.yaml"), "w").close()
+    with open(os.path.join(tree, "docker", "Dockerfile"), "w") as dockerfile:
+        dockerfile.write("COPY deployments/gpu-operator/crds/nvidia.com_clusterpolicies.yaml "
+                         "/opt/nvidia.com_clusterpolicies.yaml\n")
+    open(os.path.join(tree, "deployments/gpu-operator/crds/nvidia.com_clusterpolicies.yaml"), "w").close()
+    source = upstream.OperatorSource(tree=tree, origin="test", pin="v26.7.0")
+    said = []
+    monkeypatch.setattr(upstream, "log", said.append)
+    opt = os.path.join(str(isolated / "cache"), "gpu-operator-k1", "opt")
+    os.makedirs(os.path.dirname(opt))
+    found = []
+    with open(opt + ".lock", "w") as other:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        waiting = threading.Thread(target=lambda: found.append(lab_mod.operator_opt_tree(source, "k1")))
+        waiting.start()
+        while not said and waiting.is_alive():
+            waiting.join(0.05)
+        assert said == ["another run is writing %s; waiting for it" % opt] and waiting.is_alive()
+        # The other run writes the tree meanwhile (here: this test, as the lab would).
+        lab_mod._write_opt_tree(source, lab_mod.opt_chart_files(source), opt)  # pylint: disable=protected-access
+        marker = os.path.join(opt, "gpu-operator", "written-once")
+        open(marker, "w").close()
+    waiting.join()
+    # The waiting run found the tree complete and did not write it again (which would have removed the marker).
+    assert found == [opt] and os.path.exists(marker)
+    assert os.path.isfile(os.path.join(opt, "nvidia.com_clusterpolicies.yaml"))
