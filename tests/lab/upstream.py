@@ -242,23 +242,6 @@ def _clone_into(tag, target):
         shutil.rmtree(partial, ignore_errors=True)
         raise RuntimeError(((proc.stdout or "").strip().splitlines() or ["clone incomplete"])[-1])
     os.rename(partial, target)
-    if not fetch:
-        raise RuntimeError("no clone in the lab cache, and none made for this version")
-    partial = target + ".partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    env = dict(os.environ, GIT_TERMINAL_PROMPT="0")
-    try:
-        proc = subprocess.run(["git", "clone", "--quiet", "--depth", "1", "--branch", tag, OPERATOR_GIT,
-                               partial], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
-                              env=env, timeout=600, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise RuntimeError(str(exc))
-    if proc.returncode != 0 or not _is_operator_tree(partial):
-        shutil.rmtree(partial, ignore_errors=True)
-        raise RuntimeError(((proc.stdout or "").strip().splitlines() or ["clone incomplete"])[-1])
-    os.rename(partial, target)
-    return target
 
 
 def resolve_operator_source(tag=None, clone=True):

@@ -133,15 +133,21 @@ printf '#!/bin/sh\\n' > "$2"; chmod +x "$2"
 """
 
 
-def test_a_build_another_run_is_making_is_waited_for_not_made_twice(tmp_path):
-    # build.sh's build_one: the second run waits on the binary's lock and finds it built (tests/lab/build.sh).
+def _with_fake_go(tmp_path, script, **extra):
+    """The environment of a build.sh run whose ``go`` is ``script`` and whose cache is under tmp_path."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "go").write_text(FAKE_GO)
+    (bin_dir / "go").write_text(script)
     (bin_dir / "go").chmod(0o755)
+    return dict(os.environ, PATH="%s:%s" % (bin_dir, os.environ["PATH"]), GPUPLATFORM_LAB_CACHE=str(tmp_path / "cache"),
+                **extra)
+
+
+def test_a_build_another_run_is_making_is_waited_for_not_made_twice(tmp_path):
+    # build.sh's build_one: the second run waits on the binary's lock and finds it built (tests/lab/build.sh).
+    env = _with_fake_go(tmp_path, FAKE_GO, FAKE_GO_CALLS=str(tmp_path / "calls"),
+                        FAKE_GO_RELEASE=str(tmp_path / "release"))
     src = _tree(str(tmp_path / "src"))
-    env = dict(os.environ, PATH="%s:%s" % (bin_dir, os.environ["PATH"]), GPUPLATFORM_LAB_CACHE=str(tmp_path / "cache"),
-               FAKE_GO_CALLS=str(tmp_path / "calls"), FAKE_GO_RELEASE=str(tmp_path / "release"))
     command = ["bash", os.path.join(ROOT, "tests", "lab", "build.sh"), "gpu-operator", src, "k1", "v26.3.2"]
     try:
         first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -541,12 +547,7 @@ printf '#!/bin/sh\\n' > "$GOBIN/$name"; chmod +x "$GOBIN/$name"
                                                     "helm.sh/helm/v3/cmd/helm@v3.18.4"])])
 def test_helm_v3_is_built_only_for_a_lab_that_runs_it(tmp_path, args, helms):
     # helm v4 packages the chart repository whatever the install Jobs run; v3 goes to its own folder.
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "go").write_text(FAKE_GO_INSTALL)
-    (bin_dir / "go").chmod(0o755)
-    env = dict(os.environ, PATH="%s:%s" % (bin_dir, os.environ["PATH"]), GPUPLATFORM_LAB_CACHE=str(tmp_path / "cache"),
-               FAKE_GO_CALLS=str(tmp_path / "calls"))
+    env = _with_fake_go(tmp_path, FAKE_GO_INSTALL, FAKE_GO_CALLS=str(tmp_path / "calls"))
     done = subprocess.run(["bash", os.path.join(ROOT, "tests", "lab", "build.sh"), "helm-tools"] + list(args),
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=True)
     tools = done.stdout.splitlines()[-1]
@@ -630,3 +631,23 @@ def test_two_runs_asking_the_same_operators_opt_tree_write_it_once(isolated, mon
     # The waiting run found the tree complete and did not write it again (which would have removed the marker).
     assert found == [opt] and os.path.exists(marker)
     assert os.path.isfile(os.path.join(opt, "nvidia.com_clusterpolicies.yaml"))
+
+
+FAKE_GO_NO_KWOK = """#!/bin/sh
+# go env GOVERSION: a version; go install (kwok): fails; go build ... -o OUT: writes OUT.
+if [ "$1" = env ]; then echo go1.0-fake; exit 0; fi
+if [ "$1" = install ]; then echo "kwok: no such module" >&2; exit 1; fi
+while [ "$1" != -o ]; do shift; done
+printf '#!/bin/sh\\n' > "$2"; chmod +x "$2"
+"""
+
+
+def test_kwok_built_beside_the_control_plane_fails_the_group_when_it_fails(tmp_path):
+    env = _with_fake_go(tmp_path, FAKE_GO_NO_KWOK)
+    done = subprocess.run(["bash", os.path.join(ROOT, "tests", "lab", "build.sh"), "control-plane"], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False)
+    assert done.returncode == 1 and done.stdout == ""
+    assert "kwok: no such module" in done.stderr and "kwok: the build failed (above)" in done.stderr
+    # The rest of the group was built meanwhile and is kept for the next run.
+    for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "etcd"):
+        assert "%s: built in" % name in done.stderr
