@@ -7,8 +7,8 @@ import sys
 from tests.lab import sched
 from tests.lab.lab import ROOT
 
-# A process at nice 10 starts a child in a session of its own, as the lab starts a component, and prints what
-# keep_nice did and the child's scheduling group.
+# A niced process starts a child in a session of its own, as the lab starts a component, and prints what
+# keep_nice did, its own nice value, the child's scheduling group and its own.
 CHILD = """
 import json, os, subprocess
 from tests.lab import sched
@@ -20,35 +20,37 @@ try:
     except OSError:
         group = ""
     own = open("/proc/self/autogroup").read().strip() if os.path.exists("/proc/self/autogroup") else ""
-    print(json.dumps([kept, group, own]))
+    print(json.dumps([kept, os.getpriority(os.PRIO_PROCESS, 0), group, own]))
 finally:
     child.kill()
 """
 
 
-def _run(nice):
-    done = subprocess.run(["nice", "-n", str(nice), sys.executable, "-c", CHILD], cwd=ROOT, check=True,
+def test_a_niced_labs_component_gets_a_scheduling_group_as_niced_as_its_starter():
+    # Relative to this run's own nice: make test runs the unit tests in a niced chain.
+    done = subprocess.run(["nice", "-n", "5", sys.executable, "-c", CHILD], cwd=ROOT, check=True,
                           env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE, universal_newlines=True)
-    return json.loads(done.stdout)
-
-
-def test_a_niced_labs_component_gets_a_niced_scheduling_group():
-    kept, group, own = _run(10)
+    kept, nice, group, own = json.loads(done.stdout)
+    assert nice > 0
     if not os.path.exists("/proc/self/autogroup"):
         # No autogroups on this kernel: sessions share the CPU by their processes' nice values already.
         assert (kept, group) == (False, "")
         return
     assert kept is True
-    assert group.endswith(" nice 10"), group
+    assert group.endswith(" nice %d" % nice), (group, nice)
     # Its own session's group, not the starter's.
     assert group.split()[0] != own.split()[0], (group, own)
 
 
-def test_a_lab_at_normal_priority_leaves_the_groups_alone():
-    kept, group, _own = _run(0)
-    assert kept is False
-    if os.path.exists("/proc/self/autogroup"):
-        assert group.endswith(" nice 0"), group
+def test_at_normal_priority_no_group_is_touched(tmp_path, monkeypatch):
+    group = tmp_path / "autogroup"
+    group.write_text("/autogroup-1 nice 0\n")
+    monkeypatch.setattr(sched, "AUTOGROUP", str(tmp_path / "autogroup") + "%.0s")
+    monkeypatch.setattr(os, "getpriority", lambda which, who: 0)
+    assert sched.keep_nice(0) is False
+    assert group.read_text() == "/autogroup-1 nice 0\n"
+    monkeypatch.setattr(os, "getpriority", lambda which, who: 7)
+    assert sched.keep_nice(0) is True and group.read_text() == "7"
 
 
 def test_a_process_already_gone_is_no_error(tmp_path, monkeypatch):
