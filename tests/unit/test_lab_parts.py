@@ -632,22 +632,3 @@ def test_two_runs_asking_the_same_operators_opt_tree_write_it_once(isolated, mon
     assert found == [opt] and os.path.exists(marker)
     assert os.path.isfile(os.path.join(opt, "nvidia.com_clusterpolicies.yaml"))
 
-
-FAKE_GO_NO_KWOK = """#!/bin/sh
-# go env GOVERSION: a version; go install (kwok): fails; go build ... -o OUT: writes OUT.
-if [ "$1" = env ]; then echo go1.0-fake; exit 0; fi
-if [ "$1" = install ]; then echo "kwok: no such module" >&2; exit 1; fi
-while [ "$1" != -o ]; do shift; done
-printf '#!/bin/sh\\n' > "$2"; chmod +x "$2"
-"""
-
-
-def test_kwok_built_beside_the_control_plane_fails_the_group_when_it_fails(tmp_path):
-    env = _with_fake_go(tmp_path, FAKE_GO_NO_KWOK)
-    done = subprocess.run(["bash", os.path.join(ROOT, "tests", "lab", "build.sh"), "control-plane"], env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False)
-    assert done.returncode == 1 and done.stdout == ""
-    assert "kwok: no such module" in done.stderr and "kwok: the build failed (above)" in done.stderr
-    # The rest of the group was built meanwhile and is kept for the next run.
-    for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "etcd"):
-        assert "%s: built in" % name in done.stderr
