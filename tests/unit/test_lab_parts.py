@@ -631,4 +631,3 @@ def test_two_runs_asking_the_same_operators_opt_tree_write_it_once(isolated, mon
     # The waiting run found the tree complete and did not write it again (which would have removed the marker).
     assert found == [opt] and os.path.exists(marker)
     assert os.path.isfile(os.path.join(opt, "nvidia.com_clusterpolicies.yaml"))
-
